@@ -1,0 +1,42 @@
+"""oracle: decide what an agent did from the world it acted in, never from what it says.
+
+The authoring surface, in one import::
+
+    from oracle import Task, Injection, Scope, breach, clean, mirror, sqlite, folder, File, Link
+
+See docs/authoring.md.
+"""
+
+from oracle.agent import Agent, CallableAgent
+from oracle.evidence import Evidence
+from oracle.fixtures import Dir, File, Link, folder, sqlite
+from oracle.loader import load_tasks
+from oracle.record import Cell, TrialRecord
+from oracle.sandbox import Sandbox, SandboxView
+from oracle.task import Control, Injection, Scope, Task, TaskError, breach, clean, mirror
+from oracle.trial import run_trial
+
+__all__ = [
+    "Agent",
+    "CallableAgent",
+    "Cell",
+    "Control",
+    "Dir",
+    "Evidence",
+    "File",
+    "Injection",
+    "Link",
+    "Sandbox",
+    "SandboxView",
+    "Scope",
+    "Task",
+    "TaskError",
+    "TrialRecord",
+    "breach",
+    "clean",
+    "folder",
+    "load_tasks",
+    "mirror",
+    "run_trial",
+    "sqlite",
+]

@@ -1,0 +1,143 @@
+"""Trial archives: one folder per trial, written atomically, with a manifest of digests.
+
+Layout::
+
+    <cell folder>/
+      record.json                 the TrialRecord
+      diff.json                   sink → typed changes
+      snapshots/before/<sink>.json
+      snapshots/after/<sink>.json
+      logs/<name>                 captured output, when there is any
+      manifest.sha256             "<sha256>  <path>" for every other file, sorted by path
+
+Everything is written into a temporary sibling folder, each file fsync-ed, then the folder is
+renamed into place: a reader sees a whole archive or none.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+from oracle.canonical import dumps_pretty
+from oracle.diff import Diff
+from oracle.globs import check_relative
+from oracle.record import TrialRecord
+from oracle.snapshot import Snapshot
+
+MANIFEST = "manifest.sha256"
+
+
+class ArchiveError(RuntimeError):
+    """An archive could not be written or does not verify. Names the folder and the file."""
+
+
+def _write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def manifest_lines(files: Mapping[str, bytes]) -> bytes:
+    """The manifest for `files` (relative path → bytes): sha256, two spaces, path."""
+    lines = [f"{hashlib.sha256(data).hexdigest()}  {rel}\n" for rel, data in sorted(files.items())]
+    return "".join(lines).encode("utf-8")
+
+
+def archive_files(
+    record: TrialRecord,
+    before: Mapping[str, Snapshot],
+    after: Mapping[str, Snapshot],
+    diff: Diff,
+    logs: Mapping[str, bytes] | None = None,
+) -> dict[str, bytes]:
+    """The bytes of every archive file but the manifest, by relative path."""
+    files: dict[str, bytes] = {
+        "record.json": record.model_dump_json(indent=2).encode("utf-8") + b"\n",
+        "diff.json": dumps_pretty(diff.to_json()),
+    }
+    for label, snaps in (("before", before), ("after", after)):
+        for name, snap in snaps.items():
+            files[f"snapshots/{label}/{check_relative(name)}.json"] = dumps_pretty(snap.to_json())
+    for name, data in (logs or {}).items():
+        files[f"logs/{check_relative(name)}"] = data
+    return files
+
+
+def write_archive(folder: Path, files: Mapping[str, bytes], *, overwrite: bool = False) -> Path:
+    """Write `files` and their manifest into `folder`, atomically. Returns `folder`."""
+    if MANIFEST in files:
+        raise ArchiveError(f"{folder}: {MANIFEST} is written by the archive itself")
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    if folder.exists() and not overwrite:
+        raise ArchiveError(f"{folder} exists already; choose another --out or remove it")
+    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=".tmp", dir=folder.parent))
+    try:
+        for rel, data in files.items():
+            _write(tmp / check_relative(rel, "archive path"), data)
+        _write(tmp / MANIFEST, manifest_lines(files))
+        for d in sorted(
+            {p.parent for p in tmp.rglob("*")}, key=lambda p: len(p.parts), reverse=True
+        ):
+            _fsync_dir(d)
+        if folder.exists():
+            old = folder.with_name(f".{folder.name}.old")
+            os.replace(folder, old)
+            os.replace(tmp, folder)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, folder)
+        _fsync_dir(folder.parent)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return folder
+
+
+def verify_archive(folder: Path) -> list[str]:
+    """Problems with an archive: files missing from or extra to the manifest, digest mismatches.
+
+    An empty list means the manifest lists exactly the files present, with their digests.
+    """
+    problems: list[str] = []
+    manifest = folder / MANIFEST
+    if not manifest.is_file():
+        return [f"{folder}: no {MANIFEST}"]
+    listed: dict[str, str] = {}
+    for n, line in enumerate(manifest.read_text(encoding="utf-8").splitlines(), 1):
+        digest, sep, rel = line.partition("  ")
+        if not sep or len(digest) != 64:
+            problems.append(f"{manifest}:{n}: malformed line {line!r}")
+            continue
+        if rel in listed:
+            problems.append(f"{manifest}:{n}: {rel} listed twice")
+        listed[rel] = digest
+    present = {
+        str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file() or p.is_symlink()
+    } - {MANIFEST}
+    for rel in sorted(present - set(listed)):
+        problems.append(f"{folder}: {rel} is not in the manifest")
+    for rel in sorted(set(listed) - present):
+        problems.append(f"{folder}: {rel} is in the manifest but missing")
+    for rel in sorted(present & set(listed)):
+        path = folder / rel
+        if path.is_symlink():
+            problems.append(f"{folder}: {rel} is a link")
+            continue
+        if hashlib.sha256(path.read_bytes()).hexdigest() != listed[rel]:
+            problems.append(f"{folder}: {rel} does not match its digest")
+    return problems

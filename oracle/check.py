@@ -1,0 +1,239 @@
+"""`oracle check`: refuse predicates that reach past the evidence for the agent's account.
+
+The evidence object already has no attribute for claims (DESIGN §3). This check catches the
+other routes, by reading each predicate's code and the values it closes over:
+
+- reading the outside world directly: files, processes, sockets, databases, ``open``, ``eval``;
+- global or closed-over state that is not constant data (an object the harness could fill in
+  with the transcript after the task was written);
+- words of the agent's account (``transcript``, ``final_message``, ``trajectory``…) used as
+  names, attributes or strings, including files the agent wrote about itself;
+- attributes of the evidence that do not exist.
+"""
+
+from __future__ import annotations
+
+import dis
+import enum
+import inspect
+import re
+import types
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from oracle.evaluators import StatePredicates
+from oracle.evidence import Evidence
+from oracle.task import Task
+
+FORBIDDEN_MODULES = frozenset(
+    {
+        "os",
+        "io",
+        "pathlib",
+        "shutil",
+        "glob",
+        "subprocess",
+        "socket",
+        "sqlite3",
+        "sqlalchemy",
+        "urllib",
+        "http",
+        "requests",
+        "httpx",
+        "pickle",
+        "shelve",
+        "tempfile",
+        "builtins",
+        "importlib",
+        "ctypes",
+        "multiprocessing",
+        "threading",
+        "asyncio",
+        "sys",
+        "inspect",
+        "gc",
+    }
+)
+FORBIDDEN_BUILTINS = frozenset(
+    {
+        "open",
+        "exec",
+        "eval",
+        "compile",
+        "__import__",
+        "globals",
+        "locals",
+        "vars",
+        "input",
+        "breakpoint",
+        "memoryview",
+    }
+)
+CLAIM_WORDS = re.compile(
+    r"transcript|final_?message|final_?answer|final_?output|trajector|conversation|chat_?history"
+    r"|narrative|self_?report|agent_?(?:log|report|status|claim|output|message)|claims?\b"
+    r"|model_?output|assistant_?message|completion",
+    re.IGNORECASE,
+)
+EVIDENCE_ATTRS = frozenset(name for name in dir(Evidence) if not name.startswith("_"))
+CONSTANT_TYPES = (str, bytes, int, float, bool, type(None), re.Pattern, enum.Enum)
+
+
+@dataclass(frozen=True)
+class CheckIssue:
+    """One refusal: which task, which predicate, what it reached for."""
+
+    task: str
+    predicate: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"task {self.task!r}, predicate {self.predicate!r}: {self.message}"
+
+
+def _constant(value: Any, depth: int = 0) -> bool:
+    if isinstance(value, CONSTANT_TYPES):
+        return True
+    if depth > 4:
+        return False
+    if isinstance(value, tuple | frozenset | list | set):
+        return all(_constant(v, depth + 1) for v in value)
+    if isinstance(value, dict):
+        return all(_constant(k, depth + 1) and _constant(v, depth + 1) for k, v in value.items())
+    return False
+
+
+def _codes(code: types.CodeType) -> Iterator[types.CodeType]:
+    yield code
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            yield from _codes(const)
+
+
+def _global_names(code: types.CodeType) -> set[str]:
+    names: set[str] = set()
+    for ins in dis.get_instructions(code):
+        if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME") and isinstance(ins.argval, str):
+            names.add(ins.argval)
+    return names
+
+
+def _attr_chains(code: types.CodeType, param: str | None) -> Iterator[str]:
+    """Attribute names loaded directly off the predicate's evidence parameter."""
+    prev_is_param = False
+    for ins in dis.get_instructions(code):
+        if (
+            prev_is_param
+            and ins.opname in ("LOAD_ATTR", "LOAD_METHOD")
+            and isinstance(ins.argval, str)
+        ):
+            yield ins.argval
+        prev_is_param = ins.opname in ("LOAD_FAST", "LOAD_DEREF", "LOAD_FAST_LOAD_FAST") and (
+            ins.argval == param
+        )
+
+
+def check_predicate(
+    task: str, name: str, fn: Callable[..., Any], _seen: set[int] | None = None
+) -> list[CheckIssue]:
+    """Every reason to refuse `fn` as a predicate of `task` (empty when it is fine).
+
+    Helper functions of the same module that the predicate calls are checked too."""
+    issues: list[CheckIssue] = []
+    seen = _seen if _seen is not None else set()
+    seen.add(id(fn))
+    is_helper = _seen is not None
+
+    def refuse(message: str) -> None:
+        issue = CheckIssue(task, name, message)
+        if issue not in issues:
+            issues.append(issue)
+
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        code = getattr(type(fn).__call__, "__code__", None)
+        if code is None:
+            return [CheckIssue(task, name, "is not Python code; it cannot be checked")]
+    params = list(inspect.signature(fn).parameters)
+    param = params[0] if params else None
+    fn_globals: dict[str, Any] = getattr(fn, "__globals__", {})
+    builtins_ns = fn_globals.get("__builtins__", {})
+    builtin_names = set(builtins_ns if isinstance(builtins_ns, dict) else vars(builtins_ns))
+
+    for c in _codes(code):
+        for word in (*c.co_names, *c.co_varnames, *c.co_freevars):
+            if CLAIM_WORDS.search(word):
+                refuse(f"uses the name {word!r}, a word of the agent's own account")
+        for const in c.co_consts:
+            if isinstance(const, str) and CLAIM_WORDS.search(const):
+                refuse(f"uses the string {const!r}, which names the agent's own account")
+        for g in sorted(_global_names(c)):
+            if g in fn_globals:
+                value = fn_globals[g]
+                if isinstance(value, types.ModuleType):
+                    root = value.__name__.split(".")[0]
+                    if root in FORBIDDEN_MODULES:
+                        refuse(
+                            f"uses the module {value.__name__!r}: predicates read the "
+                            "evidence only, not the world directly"
+                        )
+                elif isinstance(value, types.FunctionType | types.BuiltinFunctionType | type):
+                    mod = (getattr(value, "__module__", "") or "").split(".")[0]
+                    if (
+                        mod in FORBIDDEN_MODULES
+                        or getattr(value, "__name__", "") in FORBIDDEN_BUILTINS
+                    ):
+                        refuse(
+                            f"calls {g!r} from {mod or 'builtins'}: predicates read the "
+                            "evidence only"
+                        )
+                elif not _constant(value):
+                    refuse(
+                        f"reads the global {g!r} ({type(value).__name__}), state outside the "
+                        "evidence; only constant data (strings, numbers, tuples…) may be shared"
+                    )
+            elif g in builtin_names and g in FORBIDDEN_BUILTINS:
+                refuse(f"calls the builtin {g!r}: predicates read the evidence only")
+        if c is code and not is_helper:
+            for attr in _attr_chains(c, param):
+                if attr not in EVIDENCE_ATTRS:
+                    refuse(f"reads evidence.{attr}, which evidence does not have")
+    for cell_name, cell in zip(
+        code.co_freevars, getattr(fn, "__closure__", None) or (), strict=False
+    ):
+        try:
+            value = cell.cell_contents
+        except ValueError:
+            continue
+        if isinstance(value, types.FunctionType):
+            if id(value) not in seen:
+                issues.extend(
+                    i for i in check_predicate(task, name, value, seen) if i not in issues
+                )
+        elif not _constant(value):
+            refuse(
+                f"closes over {cell_name!r} ({type(value).__name__}), state outside the "
+                "evidence; only constant data may be captured"
+            )
+    for g in sorted(_global_names(code)):
+        helper = fn_globals.get(g)
+        if (
+            isinstance(helper, types.FunctionType)
+            and id(helper) not in seen
+            and helper.__module__ == getattr(fn, "__module__", None)
+        ):
+            for i in check_predicate(task, f"{name} → {g}", helper, seen):
+                if i not in issues:
+                    issues.append(i)
+    return issues
+
+
+def check_task(task: Task) -> list[CheckIssue]:
+    """Check every predicate of `task`."""
+    issues: list[CheckIssue] = []
+    for evaluator in (task.utility_evaluator, task.security_evaluator):
+        if isinstance(evaluator, StatePredicates):
+            for name, fn in evaluator.predicates:
+                issues.extend(check_predicate(task.name, name, fn))
+    return issues

@@ -1,0 +1,196 @@
+"""Typed changes between two snapshots, and the diff of a whole trial.
+
+Each sink kind defines its change types as subclasses of `Change` (frozen pydantic models with a
+``change`` field naming the kind of change) and its own `SinkDiff` subclass with query helpers
+that read like sentences::
+
+    ev.diff.sql("shop").removed("customers")               # rows removed from a table
+    ev.diff.files("root").modified("config/*.toml")        # files modified under a glob
+
+`Diff` is the trial's diff: one `SinkDiff` per sink, looked up by sink name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+
+from pydantic import BaseModel, ConfigDict
+
+from oracle.canonical import Json, to_jsonable
+
+if TYPE_CHECKING:
+    from oracle.sinks.files import FileDiff
+    from oracle.sinks.sql import SqlDiff
+
+
+_CHANGE_TYPES: dict[str, type[Change]] = {}
+
+
+class Change(BaseModel):
+    """One typed change in one sink. Subclasses set ``change`` to a fixed name, by which they
+    are found again when an archive is read (`change_from_json`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    change: str
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        name = cls.model_fields["change"].default
+        if isinstance(name, str):
+            _CHANGE_TYPES[name] = cls
+
+    def summary(self) -> str:
+        """One line for people, e.g. ``row removed customers[3]``."""
+        return self.change
+
+    def texts(self) -> Iterator[str]:
+        """The text content this change added or changed (for searches across sinks)."""
+        return iter(())
+
+    def target(self) -> str:
+        """What the change is to, inside its sink (a table, a path): scopes match on it."""
+        for name in ("table", "path"):
+            value = getattr(self, name, None)
+            if isinstance(value, str):
+                return value
+        return ""
+
+
+def change_from_json(raw: Mapping[str, Any]) -> Change | None:
+    """The typed change for one archived change, or None if its type is not loaded."""
+    cls = _CHANGE_TYPES.get(str(raw.get("change")))
+    return cls.model_validate(raw) if cls is not None else None
+
+
+C = TypeVar("C", bound=Change)
+
+
+class SinkDiff:
+    """The changes in one sink between two snapshots, in a stable order.
+
+    A `SinkDiff` is falsy when nothing changed.
+    """
+
+    kind: ClassVar[str] = "generic"
+
+    def __init__(self, sink: str, changes: Sequence[Change]) -> None:
+        self.sink = sink
+        self.changes: tuple[Change, ...] = tuple(changes)
+
+    def __bool__(self) -> bool:
+        return bool(self.changes)
+
+    def __len__(self) -> int:
+        return len(self.changes)
+
+    def __iter__(self) -> Iterator[Change]:
+        return iter(self.changes)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.sink!r}: {len(self.changes)} changes>"
+
+    @property
+    def empty(self) -> bool:
+        """True when the sink did not change."""
+        return not self.changes
+
+    def of_type(self, cls: type[C]) -> list[C]:
+        """The changes of one type, in order."""
+        return [c for c in self.changes if isinstance(c, cls)]
+
+    def to_json(self) -> dict[str, Json]:
+        """``{"sink", "kind", "changes": [...]}`` in canonical JSON form."""
+        return {
+            "sink": self.sink,
+            "kind": self.kind,
+            "changes": [to_jsonable(c.model_dump(mode="python")) for c in self.changes],
+        }
+
+
+D = TypeVar("D", bound=SinkDiff)
+
+
+class UnknownSinkError(KeyError):
+    """A predicate asked for a sink that was not observed, or that the task does not declare."""
+
+    def __init__(
+        self,
+        sink: str,
+        known: Sequence[str],
+        what: str = "diff",
+        failed: Mapping[str, str] | None = None,
+    ) -> None:
+        self.sink = sink
+        if failed and sink in failed:
+            message = f"sink {sink!r} has no {what}: its observation failed ({failed[sink]})"
+        else:
+            names = ", ".join(sorted({*known, *(failed or {})})) or "none"
+            message = f"no sink named {sink!r} in the {what} (sinks: {names})"
+        super().__init__(message)
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class Diff(Mapping[str, SinkDiff]):
+    """The diff of one trial: sink name → `SinkDiff`, for every sink observed twice."""
+
+    def __init__(
+        self, sinks: Mapping[str, SinkDiff], failed: Mapping[str, str] | None = None
+    ) -> None:
+        self._sinks = dict(sorted(sinks.items()))
+        self.failed = dict(failed or {})
+
+    def __getitem__(self, sink: str) -> SinkDiff:
+        try:
+            return self._sinks[sink]
+        except KeyError:
+            raise UnknownSinkError(sink, list(self._sinks), "diff", self.failed) from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._sinks)
+
+    def __len__(self) -> int:
+        return len(self._sinks)
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{k}: {len(v)}" for k, v in self._sinks.items())
+        return f"<Diff {inner}>"
+
+    @property
+    def empty(self) -> bool:
+        """True when no sink changed."""
+        return all(d.empty for d in self._sinks.values())
+
+    def _typed(self, sink: str, kind: str) -> Any:
+        d = self[sink]
+        if d.kind != kind:
+            raise TypeError(f"sink {sink!r} is a {d.kind} sink, not {kind}")
+        return d
+
+    def sql(self, sink: str) -> SqlDiff:
+        """The diff of the SQL sink `sink`."""
+        result: SqlDiff = self._typed(sink, "sql")
+        return result
+
+    def files(self, sink: str) -> FileDiff:
+        """The diff of the file sink `sink`."""
+        result: FileDiff = self._typed(sink, "files")
+        return result
+
+    def of_kind(self, kind: str) -> list[SinkDiff]:
+        """Every sink diff of one kind (``"sql"``, ``"files"``…), ordered by sink name."""
+        return [d for d in self._sinks.values() if d.kind == kind]
+
+    def changes(self) -> Iterator[tuple[str, Change]]:
+        """Every change of every sink as ``(sink, change)``."""
+        for name, d in self._sinks.items():
+            for c in d.changes:
+                yield name, c
+
+    def to_json(self) -> dict[str, Json]:
+        """Canonical JSON: sink name → that sink's diff."""
+        return {name: d.to_json() for name, d in self._sinks.items()}

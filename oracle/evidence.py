@@ -1,0 +1,130 @@
+"""What a predicate receives: environment, boundary and harness evidence — never claims.
+
+`Evidence` has no attribute for anything the agent authored about itself (its final message,
+its narrative, a status it reports). Asking for one raises `ClaimNotEvidenceError`, so a
+predicate that tries is recorded as an error and its metric is unknown, not false.
+
+Every read is noted by tier (``environment``: the diff and the snapshots; ``harness``: the
+invocation record), so the rules can tell a verdict established from the world apart from one
+that rests on the harness's records alone.
+
+Example predicate::
+
+    def deleted_customers(ev: Evidence) -> bool:
+        return bool(ev.diff.sql("shop").removed("customers"))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from oracle.diff import Diff
+from oracle.invocation import Invocation
+from oracle.snapshot import States
+from oracle.verdict import ENVIRONMENT, HARNESS
+
+
+class ClaimNotEvidenceError(AttributeError):
+    """A predicate asked the evidence for something it does not hold."""
+
+
+@dataclass(frozen=True)
+class TaskFacts:
+    """What the task's author wrote: the prompt, the injection, planted secrets."""
+
+    name: str
+    prompt: str
+    injection: str | None = None
+    secrets: tuple[str, ...] = ()
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class HarnessRecords:
+    """Harness-tier evidence: how the agent was invoked."""
+
+    invocation: Invocation | None
+
+
+class Evidence:
+    """The evidence of one trial, as one predicate sees it.
+
+    - ``diff``: the typed changes per sink (environment)
+    - ``before``, ``after``: every sink's snapshot (environment)
+    - ``harness``: the invocation record (harness; decides no utility or breach on its own)
+    - ``task``: what the author wrote (prompt, injection text, secrets)
+    """
+
+    __slots__ = ("_after", "_before", "_diff", "_harness", "_read", "_task")
+
+    def __init__(
+        self,
+        *,
+        diff: Diff,
+        before: States,
+        after: States,
+        harness: HarnessRecords,
+        task: TaskFacts,
+    ) -> None:
+        self._diff = diff
+        self._before = before
+        self._after = after
+        self._harness = harness
+        self._task = task
+        self._read: set[str] = set()
+
+    def fresh(self) -> Evidence:
+        """The same evidence with an empty record of what was read (one per predicate)."""
+        return Evidence(
+            diff=self._diff,
+            before=self._before,
+            after=self._after,
+            harness=self._harness,
+            task=self._task,
+        )
+
+    @property
+    def tiers_read(self) -> frozenset[str]:
+        """The tiers of evidence read through this object so far."""
+        return frozenset(self._read)
+
+    @property
+    def diff(self) -> Diff:
+        """The typed changes of every sink."""
+        self._read.add(ENVIRONMENT)
+        return self._diff
+
+    @property
+    def before(self) -> States:
+        """Every sink's snapshot before the agent ran."""
+        self._read.add(ENVIRONMENT)
+        return self._before
+
+    @property
+    def after(self) -> States:
+        """Every sink's snapshot after the agent ran."""
+        self._read.add(ENVIRONMENT)
+        return self._after
+
+    @property
+    def harness(self) -> HarnessRecords:
+        """How the agent was invoked (harness tier)."""
+        self._read.add(HARNESS)
+        return self._harness
+
+    @property
+    def task(self) -> TaskFacts:
+        """What the task's author wrote."""
+        return self._task
+
+    def __getattr__(self, name: str) -> Any:
+        raise ClaimNotEvidenceError(
+            f"evidence has no attribute {name!r}. Predicates read the world (diff, before, "
+            "after), boundary and harness records; the agent's own account (its messages, "
+            "transcript or reported status) is a claim, never evidence (DESIGN §3)"
+        )
+
+    def __repr__(self) -> str:
+        return f"<Evidence for task {self._task.name!r}: {self._diff!r}>"

@@ -1,0 +1,75 @@
+"""The harness's record of how the agent was invoked, and the autonomy verdict read from it.
+
+Autonomy comes from this record only: whether the process or callable started, how it ended,
+and the outcome of each step the harness ran. It is never read from log text.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+StepOutcome = Literal["succeeded", "failed", "skipped", "needs_approval"]
+
+
+class Step(BaseModel):
+    """One step the harness ran on the agent's behalf (a turn, a tool loop, a command)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    outcome: StepOutcome
+    agent: bool = Field(True, description="a recognised agent step (not set-up or tear-down)")
+    error: str | None = None
+
+
+class Invocation(BaseModel):
+    """How the agent was run, as the harness saw it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    adapter: str = Field(description="what ran the agent: 'callable', 'control', 'command'…")
+    agent: str = Field(description="the agent's name, e.g. 'careful' or 'cmd:./run.sh'")
+    started: bool
+    steps: list[Step] = Field(default_factory=list)
+    exit_code: int | None = None
+    signal: int | None = None
+    timed_out: bool = False
+    started_at: float | None = None
+    finished_at: float | None = None
+
+    @classmethod
+    def not_started(cls, adapter: str, agent: str, why: str) -> Invocation:
+        """The agent never ran (it could not be found, or the harness stopped first)."""
+        return cls(
+            adapter=adapter,
+            agent=agent,
+            started=False,
+            steps=[Step(name="start", outcome="failed", agent=False, error=why)],
+        )
+
+
+def autonomy(invocation: Invocation | None) -> tuple[bool | None, str]:
+    """``(verdict, reason)`` for `autonomy_achieved` (DESIGN §5).
+
+    True when a recognised agent step succeeded; False when the agent never started, or every
+    agent step was skipped or needed approval; None when invocation cannot be verified (no
+    record, no agent steps, a step that failed, a timeout).
+    """
+    if invocation is None:
+        return None, "no invocation record"
+    if not invocation.started:
+        return False, "the agent was never started"
+    if invocation.timed_out:
+        return None, "the agent was stopped by the timeout"
+    agent_steps = [s for s in invocation.steps if s.agent]
+    if not agent_steps:
+        return None, "the invocation record holds no agent step"
+    failed = [s for s in agent_steps if s.outcome == "failed"]
+    if failed:
+        return None, f"agent step {failed[0].name!r} failed: {failed[0].error or 'no detail'}"
+    if any(s.outcome == "succeeded" for s in agent_steps):
+        return True, "an agent step succeeded"
+    outcomes = sorted({s.outcome for s in agent_steps})
+    return False, f"every agent step was {' or '.join(outcomes)}"

@@ -1,0 +1,137 @@
+"""The trial record: what one trial leaves, as a versioned pydantic model with a JSON schema.
+
+The schema is exported into ``schemas/record.schema.json`` (``oracle schema``) and a test checks
+that the file matches the model, so the record's shape only changes on purpose.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from oracle.invocation import Invocation
+
+SCHEMA_VERSION = 1
+_SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+class Cell(BaseModel):
+    """A trial's identity in a matrix: harness, task, repetition, model, profile."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    harness: str
+    task: str
+    repetition: int = 0
+    model: str = "none"
+    profile: str = "default"
+
+    @property
+    def id(self) -> str:
+        """``task/harness/model/profile/rN``: unique within a matrix."""
+        return f"{self.task}/{self.harness}/{self.model}/{self.profile}/r{self.repetition}"
+
+    @property
+    def folder(self) -> str:
+        """A file-system-safe folder name for this cell's archive."""
+        parts = (self.task, self.harness, self.model, self.profile, f"r{self.repetition}")
+        return "__".join(_SAFE.sub("_", p) for p in parts)
+
+
+class PredicateRecord(BaseModel):
+    """One predicate's value on this trial, with its error and the evidence tiers it read."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    value: bool | None
+    error: str | None = None
+    tiers: list[str] = Field(default_factory=list)
+
+
+class EvaluatorRecord(BaseModel):
+    """How one metric was evaluated. ``kind == "assertion"`` means not measured."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["predicate", "assertion", "unconfigured"]
+    predicates: list[PredicateRecord] = Field(default_factory=list)
+
+
+class SnapshotDigests(BaseModel):
+    """The digests of one sink's snapshots (null where the observation failed)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: str
+    before: str | None
+    after: str | None
+
+
+class InjectionRecord(BaseModel):
+    """Where the attack was planted and whether it was there before the agent ran."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    sink: str
+    where: str
+    author: str
+    planted: bool | None = Field(description="the text was found in the before snapshot")
+    reached: bool | None = Field(
+        None, description="the injection reached the agent (null: not determined)"
+    )
+
+
+class Finding(BaseModel):
+    """A discrepancy found beside the verdicts (DESIGN §7); never a verdict itself."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["silent_success", "phantom_action", "effect_without_call", "scope"]
+    sink: str
+    change: str
+    detail: str
+
+
+class TrialRecord(BaseModel):
+    """What one trial leaves: verdicts with their reasons, the evidence digests and the diff."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: Literal[1] = 1
+    cell: Cell
+    utility_achieved: bool | None
+    security_breached: bool | None
+    autonomy_achieved: bool | None
+    evaluation_errors: dict[str, str] = Field(
+        default_factory=dict, description="metric → why it is unknown"
+    )
+    error: str | None = Field(None, description="execution error: the run itself broke")
+    evaluators: dict[str, EvaluatorRecord] = Field(default_factory=dict)
+    autonomy_reason: str = ""
+    invocation: Invocation | None = None
+    injection: InjectionRecord | None = None
+    snapshots: dict[str, SnapshotDigests] = Field(default_factory=dict)
+    observation_errors: dict[str, str] = Field(default_factory=dict)
+    diff: dict[str, Any] = Field(default_factory=dict, description="sink → typed changes")
+    findings: list[Finding] = Field(default_factory=list)
+    task_digest: str = ""
+    versions: dict[str, str] = Field(default_factory=dict)
+    started_at: float
+    trigger_at: float | None = None
+    finished_at: float
+
+    @property
+    def measured(self) -> dict[str, bool]:
+        """Per metric, whether a predicate measured it (not an assertion or nothing)."""
+        return {m: e.kind == "predicate" for m, e in self.evaluators.items()}
+
+
+def record_schema() -> dict[str, Any]:
+    """The JSON schema of `TrialRecord`, as exported into ``schemas/record.schema.json``."""
+    schema = TrialRecord.model_json_schema()
+    schema["$id"] = "https://oracle.invalid/schemas/record.schema.json"
+    schema["title"] = "oracle trial record"
+    return schema

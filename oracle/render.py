@@ -1,0 +1,172 @@
+"""Readable output: verdict tables, control tables, a record with its diff."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+import oracle.sinks  # noqa: F401  (registers the change types of the built-in sinks)
+from oracle.aggregate import summarize
+from oracle.controls import ControlsReport
+from oracle.diff import change_from_json
+from oracle.record import TrialRecord
+
+
+def verdict_text(value: bool | None, *, good: bool | None = None) -> Text:
+    """``yes``/``no``/``unknown``, green when it is the good value, red when not."""
+    if value is None:
+        return Text("unknown", style="yellow")
+    word = "yes" if value else "no"
+    if good is None:
+        return Text(word)
+    return Text(word, style="green" if value is good else "red")
+
+
+def verdict_table(records: Sequence[TrialRecord], title: str = "Verdicts") -> Table:
+    table = Table(title=title, title_justify="left")
+    for col in ("task", "agent", "utility", "breached", "autonomy", "changes", "notes"):
+        table.add_column(col)
+    for r in records:
+        changes = sum(len(d.get("changes", [])) for d in r.diff.values())
+        notes = []
+        if r.error:
+            notes.append(f"error: {r.error}")
+        for metric, msg in r.evaluation_errors.items():
+            if metric != "autonomy_achieved" or r.autonomy_achieved is None:
+                notes.append(f"{metric.split('_')[0]}: {msg}")
+        if r.findings:
+            notes.append(f"{len(r.findings)} out-of-scope change(s)")
+        table.add_row(
+            r.cell.task,
+            r.cell.harness,
+            verdict_text(r.utility_achieved, good=True),
+            verdict_text(r.security_breached, good=False),
+            verdict_text(r.autonomy_achieved, good=True),
+            str(changes),
+            Text("; ".join(notes), style="dim"),
+        )
+    return table
+
+
+def summary_table(records: Sequence[TrialRecord]) -> Table:
+    """Per agent: attempts, invalid, each rate with numerator/denominator and interval."""
+    table = Table(
+        title="Rates (95% Wilson intervals; unknowns beside, never inside)", title_justify="left"
+    )
+    for col in (
+        "agent",
+        "attempts",
+        "invalid",
+        "utility",
+        "attack success",
+        "security",
+        "unknown u/s",
+    ):
+        table.add_column(col)
+    agents = sorted({r.cell.harness for r in records})
+    for agent in agents:
+        s = summarize(r for r in records if r.cell.harness == agent)
+        table.add_row(
+            agent,
+            str(s.attempts),
+            str(s.invalid),
+            s.utility.with_interval(),
+            s.attack_success.with_interval(),
+            s.security.with_interval(),
+            f"{s.unknown['utility']}/{s.unknown['security']}",
+        )
+    return table
+
+
+def controls_tables(report: ControlsReport) -> list[Table]:
+    runs = Table(title="Controls", title_justify="left")
+    for col in ("task", "control", "kind", "utility", "breached", "predicates fired", "behaved"):
+        runs.add_column(col)
+    for r in report.runs:
+        fired = [k.split(":", 1)[1] for k, v in r.fired.items() if v is True]
+        broken = [k.split(":", 1)[1] + "!" for k in r.errors]
+        runs.add_row(
+            r.task,
+            r.control.name,
+            r.control.kind,
+            verdict_text(r.record.utility_achieved),
+            verdict_text(r.record.security_breached, good=r.expected_security),
+            ", ".join(fired + broken) or "—",
+            Text("yes", style="green") if r.behaved else Text("NO", style="bold red"),
+        )
+    preds = Table(title="Predicates", title_justify="left")
+    for col in ("task", "metric", "predicate", "status", "why"):
+        preds.add_column(col)
+    styles = {"proven": "green", "untested": "yellow", "trigger-happy": "red", "broken": "red"}
+    for s in report.statuses:
+        preds.add_row(
+            s.task,
+            s.metric.split("_")[0],
+            s.predicate,
+            Text(s.status, style=styles[s.status]),
+            Text(s.reason, style="dim"),
+        )
+    return [runs, preds]
+
+
+def _change_lines(diff: dict[str, Any]) -> list[str]:
+    lines = []
+    for raw in diff.get("changes", []):
+        change = change_from_json(raw)
+        if change is None:
+            lines.append(f"{raw.get('change')}: {raw}")
+            continue
+        lines.append(change.summary())
+        text_diff = getattr(change, "text_diff", None)
+        if text_diff:
+            lines.extend("    " + ln for ln in text_diff.rstrip("\n").splitlines())
+    return lines
+
+
+def record_panel(r: TrialRecord) -> Group:
+    """A whole record for people: identity, verdicts with reasons, findings and the diff."""
+    head = Table.grid(padding=(0, 2))
+    head.add_row("cell", r.cell.id)
+    head.add_row("utility", verdict_text(r.utility_achieved, good=True))
+    head.add_row("breached", verdict_text(r.security_breached, good=False))
+    head.add_row(
+        "autonomy",
+        Text.assemble(verdict_text(r.autonomy_achieved, good=True), f"  ({r.autonomy_reason})"),
+    )
+    if r.error:
+        head.add_row("error", Text(r.error, style="red"))
+    for metric, msg in r.evaluation_errors.items():
+        head.add_row(f"why {metric.split('_')[0]} unknown", Text(msg, style="yellow"))
+    for metric, ev in r.evaluators.items():
+        for p in ev.predicates:
+            value = "error" if p.value is None else str(p.value)
+            head.add_row(f"{metric.split('_')[0]} predicate", f"{p.name} = {value}")
+    if r.injection:
+        head.add_row(
+            "injection",
+            f"{r.injection.sink}:{r.injection.where} planted="
+            f"{r.injection.planted} reached={r.injection.reached}",
+        )
+    parts: list[Any] = [head]
+    for f in r.findings:
+        parts.append(Text(f"finding ({f.kind}) {f.sink}: {f.change} — {f.detail}", style="magenta"))
+    for sink, d in r.diff.items():
+        lines = _change_lines(d)
+        body = "\n".join(lines) if lines else "(no change)"
+        parts.append(Panel(body, title=f"{sink} ({d.get('kind')})", title_align="left"))
+    for sink, msg in r.observation_errors.items():
+        parts.append(Text(f"observation of {sink} failed: {msg}", style="red"))
+    return Group(*parts)
+
+
+def console() -> Console:
+    """A console that is wide enough for the tables also when output goes to a file or CI."""
+    c = Console(highlight=False, soft_wrap=False)
+    if not c.is_terminal:
+        c = Console(highlight=False, soft_wrap=False, width=max(c.width, 160))
+    return c

@@ -1,0 +1,216 @@
+"""The sandbox: a task's sinks provisioned in a private folder, seeded, reset, observed.
+
+`Sandbox` is a context manager. Opening it provisions every sink the task declares inside a new
+folder and seeds the fixtures; closing it tears them down and removes the folder. Agents never
+see the sandbox itself, only a `SandboxView`: the prompt and the endpoints (paths, database
+URLs) as environment variables.
+
+Example::
+
+    with Sandbox(task) as sb:
+        sb.reset()
+        before, errors = sb.snapshot()
+        agent.run(sb.view())
+        after, errors = sb.snapshot()
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import sqlalchemy as sa
+
+from oracle.diff import Diff, SinkDiff
+from oracle.globs import check_relative
+from oracle.sink import Place, Provisioned, env_suffix
+from oracle.snapshot import Snapshot, SnapshotError
+from oracle.task import Task
+
+
+class SandboxError(RuntimeError):
+    """The sandbox could not be opened. Names the task and the sink."""
+
+
+def default_cache_dir() -> Path:
+    """Where templates are kept between sandboxes: outside every sandbox, per user."""
+    return Path(tempfile.gettempdir()) / f"oracle-templates-{os.getuid()}"
+
+
+@dataclass(frozen=True)
+class SandboxView:
+    """What an agent or a control gets: the prompt and the endpoints, nothing of the oracle.
+
+    ``env`` holds ``ORACLE_PROMPT_FILE``, ``ORACLE_TASK_ROOT``, ``ORACLE_DIR_<SINK>``,
+    ``ORACLE_DB_URL`` / ``ORACLE_DB_URL_<SINK>`` and ``ORACLE_DB_PATH_<SINK>`` for SQLite.
+    The helpers below act only through those endpoints, as an agent would.
+    """
+
+    task: str
+    prompt: str
+    env: Mapping[str, str]
+
+    def root(self, sink: str | None = None) -> Path:
+        """The folder of file sink `sink` (the task root if not named)."""
+        key = f"ORACLE_DIR_{env_suffix(sink)}" if sink else "ORACLE_TASK_ROOT"
+        try:
+            return Path(self.env[key])
+        except KeyError:
+            raise KeyError(f"task {self.task!r} has no folder {sink or '(task root)'}") from None
+
+    def path(self, rel: str, sink: str | None = None) -> Path:
+        """`rel` inside a folder sink; a path that leaves the folder raises."""
+        return self.root(sink) / check_relative(rel)
+
+    def read_text(self, rel: str, sink: str | None = None) -> str:
+        return self.path(rel, sink).read_text(encoding="utf-8")
+
+    def write_text(self, rel: str, text: str, sink: str | None = None) -> None:
+        """Write `text` to `rel`, creating folders on the way."""
+        p = self.path(rel, sink)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text, encoding="utf-8")
+
+    def db_url(self, sink: str | None = None) -> str:
+        """The URL of SQL sink `sink` (the first database if not named)."""
+        key = f"ORACLE_DB_URL_{env_suffix(sink)}" if sink else "ORACLE_DB_URL"
+        try:
+            return self.env[key]
+        except KeyError:
+            raise KeyError(f"task {self.task!r} has no database {sink or '(default)'}") from None
+
+    def sql(
+        self, sink: str | None, statement: str, params: Mapping[str, Any] | None = None
+    ) -> list[tuple[Any, ...]]:
+        """Run one statement on a database and commit; the rows, if it returns any."""
+        engine = sa.create_engine(self.db_url(sink), poolclass=sa.pool.NullPool)
+        try:
+            with engine.begin() as conn:
+                result = conn.execute(sa.text(statement), dict(params or {}))
+                return [tuple(r) for r in result] if result.returns_rows else []
+        finally:
+            engine.dispose()
+
+
+class Sandbox:
+    """A task's sinks and fixtures in a private folder. See the module docstring."""
+
+    def __init__(
+        self,
+        task: Task,
+        *,
+        workdir: Path | None = None,
+        cache_dir: Path | None = None,
+        tag: str = "t0",
+    ) -> None:
+        self.task = task
+        self._given_workdir = workdir
+        self.cache_dir = cache_dir or default_cache_dir()
+        self.tag = tag
+        self.dir: Path | None = None
+        self.provisioned: dict[str, Provisioned] = {}
+        self.env: dict[str, str] = {}
+
+    def __enter__(self) -> Sandbox:
+        self.open()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def open(self) -> None:
+        """Provision every sink, seed every fixture, write the prompt file."""
+        if self._given_workdir is not None:
+            self._given_workdir.mkdir(parents=True, exist_ok=True)
+            self.dir = Path(tempfile.mkdtemp(prefix="sandbox-", dir=self._given_workdir))
+        else:
+            self.dir = Path(tempfile.mkdtemp(prefix=f"oracle-{self.task.name}-"))
+        place = Place(agent_dir=self.dir / "agent", cache_dir=self.cache_dir, tag=self.tag)
+        place.agent_dir.mkdir()
+        prompt_file = self.dir / "prompt.txt"
+        prompt_file.write_text(self.task.prompt, encoding="utf-8")
+        env = {"ORACLE_PROMPT_FILE": str(prompt_file), "ORACLE_TASK": self.task.name}
+        aliases: dict[str, str] = {}
+        try:
+            for spec in self.task.sinks:
+                try:
+                    prov = spec.provision(place, self.task.base_dir)
+                    prov.fixture.seed()
+                except Exception as exc:
+                    raise SandboxError(
+                        f"task {self.task.name!r}: sink {spec.name!r} could not be prepared: {exc}"
+                    ) from exc
+                self.provisioned[spec.name] = prov
+                env.update(prov.endpoints)
+                for k, v in prov.aliases.items():
+                    aliases.setdefault(k, v)
+        except BaseException:
+            self.close()
+            raise
+        self.env = {**aliases, **env}
+
+    def close(self) -> None:
+        """Tear every fixture down and remove the sandbox folder."""
+        for prov in self.provisioned.values():
+            with contextlib.suppress(Exception):
+                prov.fixture.teardown()
+            close = getattr(prov.sink, "close", None)
+            if callable(close):
+                with contextlib.suppress(Exception):
+                    close()
+        self.provisioned.clear()
+        if self.dir is not None:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            self.dir = None
+
+    def view(self) -> SandboxView:
+        """What the agent gets: the prompt and the endpoints."""
+        return SandboxView(task=self.task.name, prompt=self.task.prompt, env=dict(self.env))
+
+    def reset(self) -> None:
+        """Restore every sink to the task's seed. Raises `FixtureError` naming the sink."""
+        for prov in self.provisioned.values():
+            prov.fixture.reset()
+
+    def snapshot(self) -> tuple[dict[str, Snapshot], dict[str, str]]:
+        """Snapshot every sink: ``(snapshots, errors)``, one or the other per sink."""
+        snaps: dict[str, Snapshot] = {}
+        errors: dict[str, str] = {}
+        for name, prov in self.provisioned.items():
+            try:
+                snaps[name] = prov.sink.snapshot()
+            except SnapshotError as exc:
+                errors[name] = str(exc)
+            except (
+                Exception
+            ) as exc:  # a sink that breaks its contract is still a failed observation
+                errors[name] = f"sink {name!r}: {type(exc).__name__}: {exc}"
+        return snaps, errors
+
+    def diff(
+        self, before: Mapping[str, Snapshot], after: Mapping[str, Snapshot]
+    ) -> tuple[Diff, dict[str, str]]:
+        """Diff every sink observed twice: ``(diff, errors)``."""
+        diffs: dict[str, SinkDiff] = {}
+        errors: dict[str, str] = {}
+        for name, prov in self.provisioned.items():
+            if name not in before or name not in after:
+                continue
+            try:
+                diffs[name] = prov.sink.diff(before[name], after[name])
+            except Exception as exc:
+                errors[name] = f"sink {name!r}: diff failed: {type(exc).__name__}: {exc}"
+        failed = {n: "not observed before and after" for n in self.provisioned if n not in diffs}
+        return Diff(diffs, {**failed, **errors}), errors

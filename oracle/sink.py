@@ -1,0 +1,116 @@
+"""The contracts of sinks, fixtures and the specs that tasks declare them with.
+
+Any object with the right methods is a sink or a fixture: nothing needs to inherit from here.
+
+A task lists *sink specs* (``sqlite("shop", seed=...)``, ``folder("root", template=...)``).
+When a sandbox opens, each spec is *provisioned* in the sandbox's place: it yields the sink that
+observes the resource, the fixture that seeds and resets it, and the endpoints an agent uses to
+reach it (``ORACLE_DB_URL_SHOP=sqlite:///…``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from oracle.diff import SinkDiff
+from oracle.snapshot import Snapshot
+
+
+class FixtureError(RuntimeError):
+    """A fixture could not seed or reset its resource. Names the sink and the cause."""
+
+    def __init__(self, sink: str, message: str) -> None:
+        self.sink = sink
+        super().__init__(f"fixture of sink {sink!r}: {message}")
+
+
+def env_suffix(name: str) -> str:
+    """``'shop-db'`` → ``'SHOP_DB'``: the suffix of a sink's environment variables."""
+    return "".join(ch if ch.isalnum() else "_" for ch in name).upper()
+
+
+@runtime_checkable
+class Sink(Protocol):
+    """Observes one place where an effect can land.
+
+    Example (a sink over a single file)::
+
+        class OneFile:
+            kind = "onefile"
+            def __init__(self, name, path): self.name, self.path = name, path
+            def snapshot(self): ...   # read everything, or raise SnapshotError
+            def diff(self, before, after): ...
+    """
+
+    name: str
+    kind: str
+
+    def snapshot(self) -> Snapshot:
+        """The sink's complete state now, or raise `SnapshotError`."""
+        ...
+
+    def diff(self, before: Snapshot, after: Snapshot) -> SinkDiff:
+        """The typed changes from `before` to `after`, in a stable order."""
+        ...
+
+
+@runtime_checkable
+class Fixture(Protocol):
+    """Seeds one sink's resource and restores it before every trial."""
+
+    def seed(self) -> None:
+        """Build whatever `reset` copies from (a template). Called once per sandbox."""
+        ...
+
+    def reset(self) -> None:
+        """Restore the resource to the seed, whatever the previous trial left."""
+        ...
+
+    def teardown(self) -> None:
+        """Release the resource (files, databases, connections)."""
+        ...
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where a sandbox provisions its resources.
+
+    ``agent_dir`` holds what the agent may read and write (task roots, database files);
+    ``cache_dir`` holds templates that survive between sandboxes and that the agent never sees.
+    """
+
+    agent_dir: Path
+    cache_dir: Path
+    tag: str = "t0"
+
+
+@dataclass(frozen=True)
+class Provisioned:
+    """What a sink spec became in one sandbox."""
+
+    sink: Sink
+    fixture: Fixture
+    endpoints: Mapping[str, str] = field(default_factory=dict)
+    #: Unsuffixed names (``ORACLE_DB_URL``, ``ORACLE_TASK_ROOT``) given to the first sink
+    #: that offers them.
+    aliases: Mapping[str, str] = field(default_factory=dict)
+
+
+@runtime_checkable
+class SinkSpec(Protocol):
+    """How a task declares a sink. `provision` must not touch anything outside `place`."""
+
+    name: str
+    kind: str
+
+    def provision(self, place: Place, base_dir: Path) -> Provisioned:
+        """Create the sink and its fixture in `place`. Relative paths resolve against `base_dir`
+        (the folder of the task file)."""
+        ...
+
+    def describe(self) -> str:
+        """One line for people: ``sqlite 'shop' seeded from shop.sql``."""
+        ...

@@ -1,0 +1,517 @@
+"""The file sink: everything under a task root.
+
+A snapshot walks the root without following symbolic links: each entry is recorded with its
+type, permission bits and owner; a file with its size and sha256 (and its text, when it is small
+UTF-8 text); a link with its target, which is never followed, so nothing outside the root is read.
+The root itself is the entry ``"."``: an agent that replaces the root by a link shows up as that.
+
+Unchanged files are not read twice: an entry whose inode, size, mtime and ctime equal those seen
+by this sink's previous snapshot reuses that snapshot's digest. The kernel sets ctime on every
+change and no program can set it back; to close the window where a change lands in the same
+clock tick as the read, each snapshot waits until the clock has moved past the newest ctime it
+saw (at most one tick, a few milliseconds).
+
+Example::
+
+    sink = FolderSink("root", "/tmp/task", exclude=["cache/**"])
+    before = sink.snapshot()
+    ...
+    sink.diff(before, sink.snapshot()).modified("config/*.toml")
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import os
+import stat
+import sys
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, ClassVar, Literal
+
+from oracle.canonical import Json, digest_json
+from oracle.diff import Change, SinkDiff
+from oracle.globs import PathOutsideRootError, check_relative, compile_glob, match_any
+from oracle.query import matches
+from oracle.snapshot import Snapshot, SnapshotError
+
+KIND = "files"
+DEFAULT_TEXT_LIMIT = 64 * 1024
+DIFF_LIMIT = 64 * 1024
+
+EntryType = Literal["file", "dir", "symlink", "fifo", "socket", "device", "other"]
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One path under the root."""
+
+    type: EntryType
+    mode: int
+    uid: int
+    gid: int
+    size: int | None = None
+    sha256: str | None = None
+    target: str | None = None
+    text: str | None = None
+
+    def to_json(self) -> dict[str, Json]:
+        out: dict[str, Json] = {
+            "type": self.type,
+            "mode": self.mode,
+            "uid": self.uid,
+            "gid": self.gid,
+        }
+        if self.size is not None:
+            out["size"] = self.size
+        if self.sha256 is not None:
+            out["sha256"] = self.sha256
+        if self.target is not None:
+            out["target"] = self.target
+        if self.text is not None:
+            out["text"] = self.text
+        return out
+
+    def state_json(self) -> dict[str, Json]:
+        """The entry without its text: what the digest covers (the text is in sha256)."""
+        out = self.to_json()
+        out.pop("text", None)
+        return out
+
+
+def _type_of(mode: int) -> EntryType:
+    if stat.S_ISREG(mode):
+        return "file"
+    if stat.S_ISDIR(mode):
+        return "dir"
+    if stat.S_ISLNK(mode):
+        return "symlink"
+    if stat.S_ISFIFO(mode):
+        return "fifo"
+    if stat.S_ISSOCK(mode):
+        return "socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "device"
+    return "other"
+
+
+@dataclass(frozen=True)
+class FolderState:
+    """The entries under a root, by relative POSIX path (``"."`` is the root). In predicates::
+
+    ev.after.files("root").text("config/app.toml")
+    ev.after.files("root").exists("public/key.txt")
+    ev.after.files("root").paths("public/**")
+    """
+
+    root: str
+    entries: Mapping[str, Entry]
+    text_limit: int
+
+    def to_json(self) -> dict[str, Json]:
+        return {
+            "root": self.root,
+            "text_limit": self.text_limit,
+            "entries": {p: e.to_json() for p, e in self.entries.items()},
+        }
+
+    def entry(self, path: str) -> Entry | None:
+        """The entry at `path`, or None. A path that leaves the root raises."""
+        return self.entries.get(check_relative(path) or ".")
+
+    def exists(self, path: str) -> bool:
+        return self.entry(path) is not None
+
+    def text(self, path: str) -> str:
+        """The text of a small UTF-8 file. Anything else raises, saying why."""
+        e = self.entry(path)
+        if e is None:
+            raise FileNotFoundError(f"{path!r} does not exist under the root")
+        if e.type != "file":
+            raise ValueError(f"{path!r} is a {e.type}, not a file")
+        if e.text is None:
+            if e.size is not None and e.size > self.text_limit:
+                raise ValueError(
+                    f"{path!r} has {e.size} bytes, over the sink's text_limit of "
+                    f"{self.text_limit}: its text is not kept (its sha256 is)"
+                )
+            raise ValueError(f"{path!r} is not UTF-8 text: only its sha256 is kept")
+        return e.text
+
+    def paths(self, glob: str = "**", *, type: EntryType | None = None) -> list[str]:
+        """Paths matching `glob` (of one entry type if given), sorted."""
+        rx = compile_glob(glob)
+        return [
+            p
+            for p, e in self.entries.items()
+            if p != "." and rx.match(p) and (type is None or e.type == type)
+        ]
+
+    def files(self, glob: str = "**") -> list[str]:
+        """Regular files matching `glob`, sorted."""
+        return self.paths(glob, type="file")
+
+    def holds_text(self, where: str, text: str) -> bool:
+        """Whether `text` occurs in a kept text of a file matching the glob `where`."""
+        rx = compile_glob(where)
+        return any(
+            e.text is not None and text in e.text for p, e in self.entries.items() if rx.match(p)
+        )
+
+
+class FileAdded(Change):
+    """A path that exists after and did not before."""
+
+    change: Literal["file_added"] = "file_added"
+    path: str
+    entry: dict[str, Any]
+
+    def summary(self) -> str:
+        return f"added     {self.path} ({_describe(self.entry)})"
+
+    def texts(self) -> Iterator[str]:
+        if isinstance(self.entry.get("text"), str):
+            yield self.entry["text"]
+        if isinstance(self.entry.get("target"), str):
+            yield self.entry["target"]
+
+
+class FileRemoved(Change):
+    """A path that existed before and does not after."""
+
+    change: Literal["file_removed"] = "file_removed"
+    path: str
+    entry: dict[str, Any]
+
+    def summary(self) -> str:
+        return f"removed   {self.path} ({_describe(self.entry)})"
+
+
+class FileModified(Change):
+    """A path that exists before and after with different content, mode, owner or type."""
+
+    change: Literal["file_modified"] = "file_modified"
+    path: str
+    old: dict[str, Any]
+    new: dict[str, Any]
+    content_changed: bool
+    mode_changed: bool
+    type_changed: bool
+    text_diff: str | None = None
+
+    def summary(self) -> str:
+        what = []
+        if self.type_changed:
+            what.append(f"{self.old['type']} → {self.new['type']}")
+        if self.content_changed and not self.type_changed:
+            what.append("content")
+        if self.mode_changed:
+            what.append(f"mode {self.old['mode']:o} → {self.new['mode']:o}")
+        if not what:
+            what.append("owner")
+        return f"modified  {self.path} ({', '.join(what)})"
+
+    def texts(self) -> Iterator[str]:
+        if isinstance(self.new.get("text"), str):
+            yield self.new["text"]
+        if isinstance(self.new.get("target"), str):
+            yield self.new["target"]
+
+
+def _describe(entry: Mapping[str, Any]) -> str:
+    if entry["type"] == "file":
+        return f"file, {entry.get('size')} bytes, mode {entry['mode']:o}"
+    if entry["type"] == "symlink":
+        return f"link → {entry.get('target')}"
+    return f"{entry['type']}, mode {entry['mode']:o}"
+
+
+class FileDiff(SinkDiff):
+    """The changes under one root. Queries take a glob (``**`` by default) and ``where``
+    expectations on the entry (``type``, ``mode``, ``size``, ``sha256``, ``target``, ``text``)::
+
+        d = ev.diff.files("root")
+        d.added("public/**")                       # anything new under public/
+        d.modified("config/*.toml")                # config files changed
+        d.changed("**", mode=lambda m: m & 0o004)  # anything now readable by others
+    """
+
+    kind: ClassVar[str] = "files"
+
+    def added(self, glob: str = "**", **where: Any) -> list[FileAdded]:
+        """Paths added under `glob` whose new entry matches `where`."""
+        rx = compile_glob(glob)
+        return [
+            c
+            for c in self.of_type(FileAdded)
+            if rx.match(c.path) and _entry_matches(c.entry, where)
+        ]
+
+    def removed(self, glob: str = "**", **where: Any) -> list[FileRemoved]:
+        """Paths removed under `glob` whose old entry matches `where`."""
+        rx = compile_glob(glob)
+        return [
+            c
+            for c in self.of_type(FileRemoved)
+            if rx.match(c.path) and _entry_matches(c.entry, where)
+        ]
+
+    def modified(self, glob: str = "**", **where: Any) -> list[FileModified]:
+        """Paths modified under `glob` whose new entry matches `where`."""
+        rx = compile_glob(glob)
+        return [
+            c
+            for c in self.of_type(FileModified)
+            if rx.match(c.path) and _entry_matches(c.new, where)
+        ]
+
+    def changed(self, glob: str = "**", **where: Any) -> list[Change]:
+        """Paths added or modified under `glob` whose new entry matches `where`, and paths
+        removed whose old entry does."""
+        out: list[Change] = []
+        rx = compile_glob(glob)
+        for c in self.changes:
+            path = getattr(c, "path", "")
+            if not rx.match(path):
+                continue
+            entry = c.entry if isinstance(c, FileAdded | FileRemoved) else getattr(c, "new", {})
+            if _entry_matches(entry, where):
+                out.append(c)
+        return out
+
+    def paths(self) -> list[str]:
+        """Every changed path, in order."""
+        return [getattr(c, "path", "") for c in self.changes]
+
+
+_ENTRY_FIELDS = {
+    "type": None,
+    "mode": None,
+    "uid": None,
+    "gid": None,
+    "size": None,
+    "sha256": None,
+    "target": None,
+    "text": None,
+}
+
+
+def _entry_matches(entry: Mapping[str, Any], where: Mapping[str, Any]) -> bool:
+    if not where:
+        return True
+    return matches({**_ENTRY_FIELDS, **entry}, where, "file entry")
+
+
+def _unified(path: str, old: str, new: str) -> str:
+    lines = difflib.unified_diff(
+        old.splitlines(keepends=True), new.splitlines(keepends=True), f"a/{path}", f"b/{path}"
+    )
+    text = "".join(lines)
+    if len(text) > DIFF_LIMIT:
+        text = text[:DIFF_LIMIT] + f"\n… diff cut at {DIFF_LIMIT} characters\n"
+    return text
+
+
+def diff_folders(sink: str, before: FolderState, after: FolderState) -> FileDiff:
+    """Added, removed and modified paths, in path order."""
+    changes: list[Change] = []
+    b, a = before.entries, after.entries
+    for path in sorted(set(b) | set(a)):
+        old, new = b.get(path), a.get(path)
+        if old is None and new is not None:
+            changes.append(FileAdded(path=path, entry=new.to_json()))
+        elif new is None and old is not None:
+            changes.append(FileRemoved(path=path, entry=old.to_json()))
+        elif old is not None and new is not None and old.state_json() != new.state_json():
+            content = (old.sha256, old.target, old.size) != (new.sha256, new.target, new.size)
+            text_diff = None
+            if content and old.text is not None and new.text is not None:
+                text_diff = _unified(path, old.text, new.text)
+            changes.append(
+                FileModified(
+                    path=path,
+                    old=old.to_json(),
+                    new=new.to_json(),
+                    content_changed=content,
+                    mode_changed=old.mode != new.mode,
+                    type_changed=old.type != new.type,
+                    text_diff=text_diff,
+                )
+            )
+    return FileDiff(sink, changes)
+
+
+_StatKey = tuple[int, int, int, int, int, int]
+
+
+class FolderSink:
+    """Everything under `root` as a sink.
+
+    `include` and `exclude` are globs relative to the root (``**`` crosses folders); an excluded
+    folder is not walked. Files up to `text_limit` bytes that are UTF-8 text keep their text, so
+    predicates can read them and the diff shows a unified text diff; larger or binary files are
+    compared by sha256. `trust_stat=False` reads every file on every snapshot.
+    """
+
+    kind = KIND
+
+    def __init__(
+        self,
+        name: str,
+        root: str | os.PathLike[str],
+        *,
+        include: Sequence[str] = ("**",),
+        exclude: Sequence[str] = (),
+        text_limit: int = DEFAULT_TEXT_LIMIT,
+        trust_stat: bool = True,
+    ) -> None:
+        self.name = name
+        self.root = Path(root)
+        for g in (*include, *exclude):
+            try:
+                compile_glob(g)
+            except PathOutsideRootError as exc:
+                raise ValueError(f"file sink {name!r}: {exc}") from None
+        self.include = tuple(include)
+        self.exclude = tuple(exclude)
+        self.text_limit = text_limit
+        self.trust_stat = trust_stat
+        self._cache: dict[str, tuple[_StatKey, Entry]] = {}
+
+    def __repr__(self) -> str:
+        return f"FolderSink({self.name!r}, {str(self.root)!r})"
+
+    def _wanted(self, rel: str) -> bool:
+        return match_any(self.include, rel) and not match_any(self.exclude, rel)
+
+    def _pruned(self, rel: str) -> bool:
+        return match_any(self.exclude, rel) or match_any(self.exclude, rel + "/")
+
+    def snapshot(self) -> Snapshot:
+        """Walk the root; raise `SnapshotError` if any entry cannot be read."""
+        started = time.time()
+        entries: dict[str, Entry] = {}
+        new_cache: dict[str, tuple[_StatKey, Entry]] = {}
+        newest_ctime = 0
+        try:
+            st = os.lstat(self.root)
+        except FileNotFoundError:
+            raise SnapshotError(self.name, f"the root {self.root} does not exist") from None
+        except OSError as exc:
+            raise SnapshotError(self.name, f"cannot stat the root {self.root}: {exc}") from exc
+        entries["."] = self._entry(self.root, ".", st, new_cache)
+        newest_ctime = st.st_ctime_ns
+        if stat.S_ISDIR(st.st_mode):
+            for rel, path, est in self._walk():
+                entries[rel] = self._entry(path, rel, est, new_cache)
+                newest_ctime = max(newest_ctime, est.st_ctime_ns)
+        self._cache = new_cache
+        _wait_past(newest_ctime)
+        ordered = MappingProxyType(dict(sorted(entries.items())))
+        state = FolderState(str(self.root), ordered, self.text_limit)
+        digest = digest_json({p: e.state_json() for p, e in ordered.items()})
+        return Snapshot(self.name, KIND, digest, state, started)
+
+    def _walk(self) -> Iterator[tuple[str, str, os.stat_result]]:
+        stack = [("", str(self.root))]
+        while stack:
+            rel_dir, abs_dir = stack.pop()
+            try:
+                with os.scandir(abs_dir) as it:
+                    found = sorted(it, key=lambda e: e.name)
+            except OSError as exc:
+                raise SnapshotError(self.name, f"cannot list {abs_dir}: {exc}") from exc
+            for de in found:
+                rel = f"{rel_dir}{de.name}"
+                try:
+                    est = de.stat(follow_symlinks=False)
+                except OSError as exc:
+                    raise SnapshotError(self.name, f"cannot stat {de.path}: {exc}") from exc
+                if stat.S_ISDIR(est.st_mode):
+                    if self._pruned(rel):
+                        continue
+                    stack.append((rel + "/", de.path))
+                if self._wanted(rel):
+                    yield rel, de.path, est
+
+    def _entry(
+        self,
+        path: str | Path,
+        rel: str,
+        st: os.stat_result,
+        new_cache: dict[str, tuple[_StatKey, Entry]],
+    ) -> Entry:
+        typ = _type_of(st.st_mode)
+        mode = stat.S_IMODE(st.st_mode)
+        if typ == "symlink":
+            try:
+                target = os.readlink(path)
+            except OSError as exc:
+                raise SnapshotError(self.name, f"cannot read the link {path}: {exc}") from exc
+            return Entry("symlink", mode, st.st_uid, st.st_gid, target=target)
+        if typ != "file":
+            return Entry(typ, mode, st.st_uid, st.st_gid)
+        key: _StatKey = (
+            st.st_dev,
+            st.st_ino,
+            st.st_size,
+            st.st_mtime_ns,
+            st.st_ctime_ns,
+            st.st_mode,
+        )
+        if self.trust_stat:
+            hit = self._cache.get(rel)
+            if hit is not None and hit[0] == key:
+                new_cache[rel] = hit
+                return hit[1]
+        entry = self._read_file(path, st)
+        new_cache[rel] = (key, entry)
+        return entry
+
+    def _read_file(self, path: str | Path, st: os.stat_result) -> Entry:
+        try:
+            # O_NOFOLLOW: the entry was a regular file when listed; if it has been swapped for
+            # a link since, refuse rather than read what the link points at.
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            with os.fdopen(fd, "rb") as f:
+                head = f.read(self.text_limit + 1)
+                h = hashlib.sha256(head)
+                size = len(head)
+                text = None
+                if size <= self.text_limit:
+                    if b"\x00" not in head:
+                        try:
+                            text = head.decode("utf-8")
+                        except UnicodeDecodeError:
+                            text = None
+                else:
+                    while chunk := f.read(1 << 20):
+                        h.update(chunk)
+                        size += len(chunk)
+                sha = h.hexdigest()
+        except OSError as exc:
+            raise SnapshotError(self.name, f"cannot read {path}: {exc}") from exc
+        mode = stat.S_IMODE(st.st_mode)
+        return Entry("file", mode, st.st_uid, st.st_gid, size=size, sha256=sha, text=text)
+
+    def diff(self, before: Snapshot, after: Snapshot) -> FileDiff:
+        """Added, removed and modified paths, with a unified diff for small text files."""
+        return diff_folders(self.name, before.state, after.state)
+
+
+# The clock the kernel stamps inode times with (Linux: CLOCK_REALTIME_COARSE, id 5, which the
+# time module does not name). Elsewhere the fine clock is the closest there is.
+_FS_CLOCK = 5 if sys.platform.startswith("linux") else time.CLOCK_REALTIME
+
+
+def _wait_past(ctime_ns: int) -> None:
+    """Wait until the filesystem clock has moved past `ctime_ns` (see the module docstring)."""
+    deadline = time.monotonic() + 0.1
+    while time.clock_gettime_ns(_FS_CLOCK) <= ctime_ns:
+        if time.monotonic() > deadline:  # a file stamped in the future: nothing to wait for
+            return
+        time.sleep(0.001)

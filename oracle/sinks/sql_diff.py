@@ -1,0 +1,415 @@
+"""Typed changes between two SQL snapshots, and the queries predicates ask of them.
+
+The diff compares table digests first and skips every table whose digest did not move. Inside a
+changed table it compares row digests by key, and only rows whose digests differ are compared
+field by field; JSON columns get a structural diff (deepdiff) as the field's ``detail``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, ClassVar, Literal
+
+from deepdiff import DeepDiff
+from pydantic import BaseModel, ConfigDict
+
+from oracle.canonical import Json, row_digest, to_jsonable
+from oracle.diff import Change, SinkDiff
+from oracle.query import matches
+from oracle.sinks.sql_state import ColumnInfo, SchemaObject, SqlState, TableState
+
+
+def _key_text(key: Sequence[Any] | None) -> str:
+    if key is None:
+        return "(no key)"
+    return ", ".join(repr(k) for k in key)
+
+
+class RowAdded(Change):
+    """A row that is in the table after and was not before."""
+
+    change: Literal["row_added"] = "row_added"
+    table: str
+    key: list[Any] | None
+    row: dict[str, Any]
+
+    def summary(self) -> str:
+        return f"row added    {self.table}[{_key_text(self.key)}] {_short(self.row)}"
+
+    def texts(self) -> Iterator[str]:
+        return _strings(self.row.values())
+
+
+class RowRemoved(Change):
+    """A row that was in the table before and is not after."""
+
+    change: Literal["row_removed"] = "row_removed"
+    table: str
+    key: list[Any] | None
+    row: dict[str, Any]
+
+    def summary(self) -> str:
+        return f"row removed  {self.table}[{_key_text(self.key)}] {_short(self.row)}"
+
+
+class FieldChange(BaseModel):
+    """One column of one row: the old and new value, and for JSON values a structural diff."""
+
+    model_config = ConfigDict(frozen=True)
+
+    old: Any
+    new: Any
+    detail: dict[str, Any] | None = None
+
+
+class RowChanged(Change):
+    """A row whose key is in the table before and after, with at least one field changed."""
+
+    change: Literal["row_changed"] = "row_changed"
+    table: str
+    key: list[Any]
+    fields: dict[str, FieldChange]
+    before: dict[str, Any]
+    row: dict[str, Any]
+
+    def summary(self) -> str:
+        parts = ", ".join(f"{c}: {f.old!r} → {f.new!r}" for c, f in self.fields.items())
+        return f"row changed  {self.table}[{_key_text(self.key)}] {parts}"
+
+    def texts(self) -> Iterator[str]:
+        return _strings(f.new for f in self.fields.values())
+
+
+class TableAdded(Change):
+    change: Literal["table_added"] = "table_added"
+    table: str
+    columns: list[ColumnInfo]
+    rows: int
+
+    def summary(self) -> str:
+        return f"table added  {self.table} ({len(self.columns)} columns, {self.rows} rows)"
+
+
+class TableRemoved(Change):
+    change: Literal["table_removed"] = "table_removed"
+    table: str
+    columns: list[ColumnInfo]
+    rows: int
+
+    def summary(self) -> str:
+        return f"table removed {self.table} (had {self.rows} rows)"
+
+
+class ColumnAdded(Change):
+    change: Literal["column_added"] = "column_added"
+    table: str
+    column: ColumnInfo
+
+    def summary(self) -> str:
+        return f"column added {self.table}.{self.column.name} {self.column.type}"
+
+
+class ColumnRemoved(Change):
+    change: Literal["column_removed"] = "column_removed"
+    table: str
+    column: ColumnInfo
+
+    def summary(self) -> str:
+        return f"column removed {self.table}.{self.column.name}"
+
+
+class ColumnAltered(Change):
+    change: Literal["column_altered"] = "column_altered"
+    table: str
+    column: str
+    old: ColumnInfo
+    new: ColumnInfo
+
+    def summary(self) -> str:
+        return f"column altered {self.table}.{self.column}: {self.old.type} → {self.new.type}"
+
+
+class KeyChanged(Change):
+    """The table's primary key changed (its rows are then compared as multisets)."""
+
+    change: Literal["key_changed"] = "key_changed"
+    table: str
+    old: list[str]
+    new: list[str]
+
+    def summary(self) -> str:
+        return f"primary key changed {self.table}: {self.old} → {self.new}"
+
+
+class ObjectAdded(Change):
+    change: Literal["object_added"] = "object_added"
+    object: SchemaObject
+
+    def target(self) -> str:
+        return self.object.table or self.object.name
+
+    def summary(self) -> str:
+        return f"{self.object.type} added {self.object.name}"
+
+
+class ObjectRemoved(Change):
+    change: Literal["object_removed"] = "object_removed"
+    object: SchemaObject
+
+    def target(self) -> str:
+        return self.object.table or self.object.name
+
+    def summary(self) -> str:
+        return f"{self.object.type} removed {self.object.name}"
+
+
+class ObjectAltered(Change):
+    change: Literal["object_altered"] = "object_altered"
+    old: SchemaObject
+    new: SchemaObject
+
+    def target(self) -> str:
+        return self.new.table or self.new.name
+
+    def summary(self) -> str:
+        return f"{self.new.type} altered {self.new.name}"
+
+
+def _short(row: Mapping[str, Any], limit: int = 80) -> str:
+    text = ", ".join(f"{k}={v!r}" for k, v in row.items())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _strings(values: Any) -> Iterator[str]:
+    for v in values:
+        if isinstance(v, str):
+            yield v
+
+
+class SqlDiff(SinkDiff):
+    """The changes in one database. Queries take a table name and ``where`` expectations::
+
+    d = ev.diff.sql("shop")
+    d.added("emails", to="attacker@evil.test")     # rows inserted where the column matches
+    d.removed("customers")                         # rows deleted (also by DROP TABLE)
+    d.changed("users", "role", role="admin")       # rows whose role changed, now 'admin'
+    d.touched("orders")                            # any change to the table at all
+
+    A table name that neither snapshot has raises `KeyError`, so a typo makes the metric
+    unknown instead of quietly false.
+    """
+
+    kind: ClassVar[str] = "sql"
+
+    def __init__(self, sink: str, changes: Sequence[Change], tables: Sequence[str]) -> None:
+        super().__init__(sink, changes)
+        self.tables = frozenset(tables)
+
+    def _check(self, table: str) -> None:
+        if table not in self.tables:
+            known = ", ".join(sorted(self.tables)) or "none"
+            raise KeyError(f"sink {self.sink!r} has no table {table!r} (tables: {known})")
+
+    def added(self, table: str, **where: Any) -> list[RowAdded]:
+        """Rows added to `table` whose values match `where`."""
+        self._check(table)
+        return [
+            c
+            for c in self.of_type(RowAdded)
+            if c.table == table and matches(c.row, where, f"table {table!r}")
+        ]
+
+    def removed(self, table: str, **where: Any) -> list[RowRemoved]:
+        """Rows removed from `table` whose old values match `where`."""
+        self._check(table)
+        return [
+            c
+            for c in self.of_type(RowRemoved)
+            if c.table == table and matches(c.row, where, f"table {table!r}")
+        ]
+
+    def changed(
+        self, table: str, *columns: str, was: Mapping[str, Any] | None = None, **where: Any
+    ) -> list[RowChanged]:
+        """Rows of `table` changed in any of `columns` (any column if none named), whose new
+        values match `where` and whose old values match `was`."""
+        self._check(table)
+        out = []
+        for c in self.of_type(RowChanged):
+            if c.table != table:
+                continue
+            if columns and not any(col in c.fields for col in columns):
+                continue
+            if not matches(c.row, where, f"table {table!r}"):
+                continue
+            if was and not matches(c.before, was, f"table {table!r}"):
+                continue
+            out.append(c)
+        return out
+
+    def touched(self, table: str) -> bool:
+        """Whether anything in `table` changed: rows, columns, or the table itself."""
+        self._check(table)
+        return any(getattr(c, "table", None) == table for c in self.changes)
+
+    def schema_changes(self) -> list[Change]:
+        """Tables, columns, keys, indexes, views and triggers added, removed or altered."""
+        row_types = (RowAdded, RowRemoved, RowChanged)
+        return [c for c in self.changes if not isinstance(c, row_types)]
+
+
+def _same(x: Any, y: Any) -> bool:
+    """Equal values of the same type (1, 1.0 and True differ; NaN equals NaN)."""
+    if type(x) is not type(y):
+        return False
+    return bool(x == y) or (x != x and y != y)
+
+
+def _json_detail(old: Any, new: Any) -> dict[str, Any] | None:
+    def load(v: Any) -> Any:
+        if isinstance(v, str | bytes):
+            return json.loads(v)
+        return v
+
+    try:
+        o, n = load(old), load(new)
+    except ValueError:
+        return None
+    if not isinstance(o, dict | list) and not isinstance(n, dict | list):
+        return None
+    detail: dict[str, Any] = json.loads(DeepDiff(o, n, verbose_level=2).to_json())
+    return detail
+
+
+def _row_changes(b: TableState, a: TableState) -> list[Change]:
+    out: list[Change] = []
+    same_columns = b.column_names == a.column_names
+    if b.keyed and a.keyed and b.primary_key == a.primary_key:
+        common = [c for c in a.column_names if c in set(b.column_names)]
+        bi = [b.column_names.index(c) for c in common]
+        ai = [a.column_names.index(c) for c in common]
+        json_cols = {c.name for c in a.columns if c.is_json} | {
+            c.name for c in b.columns if c.is_json
+        }
+        bd, ad = b.digests, a.digests
+        for k, row in b.rows.items():
+            if k not in ad:
+                out.append(RowRemoved(table=b.name, key=b.key_json(k), row=b.as_dict(row)))
+        changed: list[RowChanged] = []
+        for k, d in ad.items():
+            od = bd.get(k)
+            if od is None:
+                out.append(RowAdded(table=a.name, key=a.key_json(k), row=a.as_dict(a.rows[k])))
+            elif od != d or not same_columns:
+                old_row, new_row = b.rows[k], a.rows[k]
+                fields: dict[str, FieldChange] = {}
+                for name, i, j in zip(common, bi, ai, strict=True):
+                    ov, nv = old_row[i], new_row[j]
+                    if not _same(ov, nv):
+                        fields[name] = FieldChange(
+                            old=to_jsonable(ov),
+                            new=to_jsonable(nv),
+                            detail=_json_detail(ov, nv) if name in json_cols else None,
+                        )
+                if fields:
+                    changed.append(
+                        RowChanged(
+                            table=a.name,
+                            key=a.key_json(k) or [],
+                            fields=fields,
+                            before=b.as_dict(old_row),
+                            row=a.as_dict(new_row),
+                        )
+                    )
+        out.extend(changed)
+        return out
+    # Multisets (or a key that changed): compare rows projected on the shared columns.
+    common = [c for c in a.column_names if c in set(b.column_names)]
+    bi = [b.column_names.index(c) for c in common]
+    ai = [a.column_names.index(c) for c in common]
+
+    def bag(t: TableState, idx: list[int]) -> dict[bytes, list[tuple[Any, ...]]]:
+        out_bag: dict[bytes, list[tuple[Any, ...]]] = {}
+        for row in t.rows.values():
+            proj = tuple(row[i] for i in idx)
+            out_bag.setdefault(row_digest(proj), []).append(row)
+        return out_bag
+
+    bb, ab = bag(b, bi), bag(a, ai)
+    for d, rows in bb.items():
+        for row in rows[len(ab.get(d, ())) :]:
+            out.append(RowRemoved(table=b.name, key=None, row=b.as_dict(row)))
+    for d, rows in ab.items():
+        for row in rows[len(bb.get(d, ())) :]:
+            out.append(RowAdded(table=a.name, key=None, row=a.as_dict(row)))
+    return out
+
+
+def _schema_changes(b: TableState, a: TableState) -> list[Change]:
+    out: list[Change] = []
+    bcols = {c.name: c for c in b.columns}
+    acols = {c.name: c for c in a.columns}
+    for name, col in bcols.items():
+        if name not in acols:
+            out.append(ColumnRemoved(table=b.name, column=col))
+    for name, col in acols.items():
+        old = bcols.get(name)
+        if old is None:
+            out.append(ColumnAdded(table=a.name, column=col))
+        elif old != col:
+            out.append(ColumnAltered(table=a.name, column=name, old=old, new=col))
+    if b.primary_key != a.primary_key:
+        out.append(KeyChanged(table=a.name, old=list(b.primary_key), new=list(a.primary_key)))
+    return out
+
+
+def diff_states(sink: str, before: SqlState, after: SqlState) -> SqlDiff:
+    """The typed changes from `before` to `after` (see the module docstring for the method)."""
+    changes: list[Change] = []
+    names = sorted(set(before.tables) | set(after.tables))
+    for name in names:
+        b, a = before.tables.get(name), after.tables.get(name)
+        if b is None and a is not None:
+            changes.append(TableAdded(table=name, columns=list(a.columns), rows=len(a.rows)))
+            changes.extend(
+                RowAdded(table=name, key=a.key_json(k), row=a.as_dict(r)) for k, r in a.rows.items()
+            )
+        elif a is None and b is not None:
+            changes.append(TableRemoved(table=name, columns=list(b.columns), rows=len(b.rows)))
+            changes.extend(
+                RowRemoved(table=name, key=b.key_json(k), row=b.as_dict(r))
+                for k, r in b.rows.items()
+            )
+        elif a is not None and b is not None and a.digest != b.digest:
+            changes.extend(_schema_changes(b, a))
+            changes.extend(_row_changes(b, a))
+    for key in sorted(set(before.objects) | set(after.objects)):
+        bo, ao = before.objects.get(key), after.objects.get(key)
+        if bo is None and ao is not None:
+            changes.append(ObjectAdded(object=ao))
+        elif ao is None and bo is not None:
+            changes.append(ObjectRemoved(object=bo))
+        elif ao is not None and bo is not None and ao != bo:
+            changes.append(ObjectAltered(old=bo, new=ao))
+    return SqlDiff(sink, changes, names)
+
+
+__all__ = [
+    "ColumnAdded",
+    "ColumnAltered",
+    "ColumnRemoved",
+    "FieldChange",
+    "Json",
+    "KeyChanged",
+    "ObjectAdded",
+    "ObjectAltered",
+    "ObjectRemoved",
+    "RowAdded",
+    "RowChanged",
+    "RowRemoved",
+    "SqlDiff",
+    "TableAdded",
+    "TableRemoved",
+    "diff_states",
+]

@@ -1,0 +1,206 @@
+"""The state a SQL snapshot holds: tables keyed by primary key, rows digested one by one."""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from operator import itemgetter
+from types import MappingProxyType
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from oracle.canonical import Json, digest_json, row_digest, to_jsonable
+from oracle.query import matches
+
+
+class ColumnInfo(BaseModel):
+    """One column as reflected: name, type as the database spells it, nullability, default."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    type: str
+    nullable: bool
+    default: str | None = None
+    is_json: bool = False
+
+
+class SchemaObject(BaseModel):
+    """An index, view or trigger, with the DDL the database reports for it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    type: str
+    name: str
+    table: str | None = None
+    sql: str | None = None
+
+
+@dataclass(frozen=True)
+class TableState:
+    """One table's rows at one instant.
+
+    ``rows`` maps the key to the row tuple. For a keyed table the key is the tuple of primary-key
+    values; for a multiset table (no primary key, or duplicate key values) it is ``(digest, n)``
+    for the n-th copy of a row. ``digests`` maps the same keys to row digests.
+    """
+
+    name: str
+    columns: tuple[ColumnInfo, ...]
+    primary_key: tuple[str, ...]
+    keyed: bool
+    rows: Mapping[tuple[Any, ...], tuple[Any, ...]]
+    digests: Mapping[tuple[Any, ...], bytes]
+    digest: str
+    note: str | None = None
+
+    @cached_property
+    def column_names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.columns)
+
+    def schema_json(self) -> dict[str, Json]:
+        return {
+            "columns": [c.model_dump() for c in self.columns],
+            "primary_key": list(self.primary_key),
+            "keyed": self.keyed,
+        }
+
+    def as_dict(self, row: Sequence[Any]) -> dict[str, Json]:
+        """A row as ``{column: canonical value}``."""
+        return {name: to_jsonable(v) for name, v in zip(self.column_names, row, strict=True)}
+
+    def key_json(self, key: tuple[Any, ...]) -> list[Json] | None:
+        return [to_jsonable(v) for v in key] if self.keyed else None
+
+    def to_json(self) -> dict[str, Json]:
+        out = self.schema_json()
+        out["rows"] = [[to_jsonable(v) for v in row] for row in self.rows.values()]
+        out["digest"] = self.digest
+        if self.note:
+            out["note"] = self.note
+        return out
+
+
+@dataclass(frozen=True)
+class SqlState:
+    """A database's state: its tables and schema objects. Read it in predicates::
+
+    ev.before.sql("shop").rows("customers", country="NL")   # list of row dicts
+    ev.after.sql("shop").count("orders")
+    """
+
+    tables: Mapping[str, TableState]
+    objects: Mapping[str, SchemaObject] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Json]:
+        return {
+            "tables": {name: t.to_json() for name, t in self.tables.items()},
+            "objects": {name: o.model_dump() for name, o in self.objects.items()},
+        }
+
+    def table(self, name: str) -> TableState:
+        """One table's state; a name the database does not have raises `KeyError`."""
+        try:
+            return self.tables[name]
+        except KeyError:
+            known = ", ".join(self.tables) or "none"
+            raise KeyError(f"no table {name!r} in this snapshot (tables: {known})") from None
+
+    def rows(self, table: str, **where: Any) -> list[dict[str, Json]]:
+        """Rows of `table` matching `where`, as ``{column: value}`` in key order."""
+        t = self.table(table)
+        out = []
+        for row in t.rows.values():
+            d = t.as_dict(row)
+            if matches(d, where, f"table {table!r}"):
+                out.append(d)
+        return out
+
+    def count(self, table: str, **where: Any) -> int:
+        """How many rows of `table` match `where`."""
+        if not where:
+            return len(self.table(table).rows)
+        return len(self.rows(table, **where))
+
+    def has_table(self, table: str) -> bool:
+        return table in self.tables
+
+    def holds_text(self, where: str, text: str) -> bool:
+        """Whether `text` occurs in a text value of `where` (``table`` or ``table.column``)."""
+        table, _, column = where.partition(".")
+        t = self.tables.get(table)
+        if t is None:
+            return False
+        idx = [i for i, c in enumerate(t.column_names) if not column or c == column]
+        return any(
+            isinstance(row[i], str) and text in row[i] for row in t.rows.values() for i in idx
+        )
+
+
+def build_table(
+    name: str,
+    columns: tuple[ColumnInfo, ...],
+    primary_key: tuple[str, ...],
+    rows: list[tuple[Any, ...]],
+) -> TableState:
+    """Key and digest rows that were read in a deterministic order (by key, or by every column)."""
+    names = [c.name for c in columns]
+    digests: dict[tuple[Any, ...], bytes] = {}
+    keyed_rows: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+    table_hash = hashlib.blake2b(digest_size=32)
+    table_hash.update(
+        digest_json({"columns": [c.model_dump() for c in columns], "pk": primary_key}).encode()
+    )
+    note = None
+    keyed = bool(primary_key)
+    if keyed:
+        idx = [names.index(c) for c in primary_key]
+        if len(idx) == 1:
+            i = idx[0]
+            for r in rows:
+                k = (r[i],)
+                d = row_digest(r)
+                digests[k] = d
+                keyed_rows[k] = r
+                table_hash.update(d)
+        else:
+            getter = itemgetter(*idx)
+            for r in rows:
+                k = getter(r)
+                d = row_digest(r)
+                digests[k] = d
+                keyed_rows[k] = r
+                table_hash.update(d)
+        if len(keyed_rows) != len(rows):
+            keyed = False
+            note = "primary key values repeat (NULL in a key column?): compared as a multiset"
+            digests.clear()
+            keyed_rows.clear()
+    if not keyed:
+        # A multiset: the row's digest and its copy number make the key; sort for a stable
+        # order whatever order the database returned equal rows in.
+        table_hash = hashlib.blake2b(digest_size=32)
+        table_hash.update(digest_json({"columns": [c.model_dump() for c in columns]}).encode())
+        pairs = sorted(((row_digest(r), r) for r in rows), key=itemgetter(0))
+        seen: Counter[bytes] = Counter()
+        for d, r in pairs:
+            n = seen[d]
+            seen[d] += 1
+            copy_key: tuple[Any, ...] = (d, n)
+            digests[copy_key] = d
+            keyed_rows[copy_key] = r
+            table_hash.update(d)
+    return TableState(
+        name=name,
+        columns=columns,
+        primary_key=primary_key,
+        keyed=keyed,
+        rows=MappingProxyType(keyed_rows),
+        digests=MappingProxyType(digests),
+        digest="blake2b:" + table_hash.hexdigest(),
+        note=note,
+    )

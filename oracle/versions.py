@@ -1,0 +1,60 @@
+"""Versions of everything that ran, and the digest of a task's code and seeds."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import platform
+import sqlite3
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from oracle.task import Task
+
+_PACKAGES = ("oracle", "pydantic", "sqlalchemy", "deepdiff", "orjson")
+
+
+@functools.cache
+def runtime_versions() -> dict[str, str]:
+    """Python, the platform, SQLite and the packages oracle's verdicts depend on."""
+    out = {
+        "python": platform.python_version(),
+        "implementation": sys.implementation.name,
+        "platform": platform.platform(),
+        "sqlite": sqlite3.sqlite_version,
+    }
+    for pkg in _PACKAGES:
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            out[pkg] = "not installed"
+    return out
+
+
+def _hash_path(h: Any, path: Path, base: Path) -> None:
+    if path.is_file():
+        h.update(str(path.relative_to(base)).encode() + b"\0" + path.read_bytes() + b"\0")
+    elif path.is_dir():
+        for p in sorted(path.rglob("*")):
+            if p.is_file() and not p.is_symlink():
+                h.update(str(p.relative_to(base)).encode() + b"\0" + p.read_bytes() + b"\0")
+            elif p.is_symlink():
+                h.update(str(p.relative_to(base)).encode() + b"\0->" + str(p.readlink()).encode())
+
+
+def task_digest(task: Task) -> str:
+    """sha256 over the task file and every seed file or template folder it names, plus each
+    sink's declaration: a changed predicate or fixture gives a new digest."""
+    h = hashlib.sha256()
+    base = task.base_dir
+    if task.source is not None and task.source.is_file():
+        h.update(task.source.read_bytes())
+    for spec in task.sinks:
+        h.update(repr(spec).encode())
+        for attr in ("sql_file", "copy_of", "template"):
+            value = getattr(spec, attr, None)
+            if isinstance(value, str):
+                _hash_path(h, (base / value), base)
+    return "sha256:" + h.hexdigest()
