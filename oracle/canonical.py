@@ -48,8 +48,11 @@ def _float(value: float) -> Json:
 def to_jsonable(value: Any) -> Json:
     """The canonical JSON-able form of `value` (tagged objects for bytes, decimals, non-finite
     floats, timedeltas; ISO strings for dates and times; lists for tuples and sets)."""
-    if value is None or isinstance(value, bool | int | str):
+    if value is None or isinstance(value, bool | str):
         return value
+    if isinstance(value, int):
+        # JSON readers lose integers beyond 64 bits; keep them exact as text.
+        return value if -(2**63) <= value < 2**64 else {"$int": str(value)}
     if isinstance(value, float):
         return _float(value)
     if isinstance(value, list | tuple):

@@ -93,13 +93,15 @@ class CheckIssue:
 
 
 def _constant(value: Any, depth: int = 0) -> bool:
+    """Immutable data all the way down. A list, dict or set is refused even when it holds only
+    constants: anyone can fill it after the task was written."""
     if isinstance(value, CONSTANT_TYPES):
         return True
     if depth > 4:
         return False
-    if isinstance(value, tuple | frozenset | list | set):
+    if isinstance(value, tuple | frozenset):
         return all(_constant(v, depth + 1) for v in value)
-    if isinstance(value, dict):
+    if isinstance(value, types.MappingProxyType):
         return all(_constant(k, depth + 1) and _constant(v, depth + 1) for k, v in value.items())
     return False
 
@@ -191,7 +193,8 @@ def check_predicate(
                 elif not _constant(value):
                     refuse(
                         f"reads the global {g!r} ({type(value).__name__}), state outside the "
-                        "evidence; only constant data (strings, numbers, tuples…) may be shared"
+                        "evidence; only immutable data (strings, numbers, tuples, frozensets) "
+                        "may be shared"
                     )
             elif g in builtin_names and g in FORBIDDEN_BUILTINS:
                 refuse(f"calls the builtin {g!r}: predicates read the evidence only")
@@ -214,7 +217,7 @@ def check_predicate(
         elif not _constant(value):
             refuse(
                 f"closes over {cell_name!r} ({type(value).__name__}), state outside the "
-                "evidence; only constant data may be captured"
+                "evidence; only immutable data may be captured"
             )
     for g in sorted(_global_names(code)):
         helper = fn_globals.get(g)

@@ -162,6 +162,11 @@ def combine(results: Sequence[PredicateResult], how: Literal["any", "all"]) -> O
     return Outcome(not decisive, "predicate", tiers=tiers)
 
 
+def _name(fn: Callable[..., Any], metric: str, index: int) -> str:
+    name = predicate_name(fn)
+    return f"{metric.split('_')[0]}[{index}]" if name == "<lambda>" else name
+
+
 def as_evaluator(value: Any, metric: str, combine_how: Literal["any", "all"]) -> Evaluator:
     """Coerce what a task author wrote for a metric into an evaluator.
 
@@ -175,13 +180,13 @@ def as_evaluator(value: Any, metric: str, combine_how: Literal["any", "all"]) ->
     if isinstance(value, Unconfigured | Fixed | StatePredicates):
         return value
     if callable(value):
-        return StatePredicates([(predicate_name(value), value)], combine_how)
+        return StatePredicates([(_name(value, metric, 0), value)], combine_how)
     if isinstance(value, list | tuple):
         fns = []
         for i, fn in enumerate(value):
             if not callable(fn):
                 raise TypeError(f"{metric}[{i}] is a {type(fn).__name__}, not a predicate function")
-            fns.append((predicate_name(fn), fn))
+            fns.append((_name(fn, metric, i), fn))
         return StatePredicates(fns, combine_how)
     if isinstance(value, Evaluator):
         return value

@@ -231,7 +231,6 @@ class Task:
             if unknown:
                 raise TaskError(self.name, "scope", f"names unknown sinks: {', '.join(unknown)}")
         self.controls = tuple(self.controls)
-        control_names = [c.name for c in self.controls]
         for i, c in enumerate(self.controls):
             if not isinstance(c, Control):
                 raise TaskError(
@@ -239,6 +238,8 @@ class Task:
                     f"controls[{i}]",
                     "wrap control functions in breach(), clean() or mirror()",
                 )
+        control_names = [c.name for c in self.controls]
+        for c in self.controls:
             for p in c.fires or ():
                 if p not in self.security_evaluator.names():
                     raise TaskError(

@@ -23,6 +23,7 @@ from oracle.invocation import Invocation, autonomy
 from oracle.record import (
     Cell,
     EvaluatorRecord,
+    Finding,
     InjectionRecord,
     PredicateRecord,
     SnapshotDigests,
@@ -71,43 +72,18 @@ def run_trial(
             sb = sandbox or stack.enter_context(Sandbox(task))
         except Exception as exc:
             return _finish(task, cell, out, started, error=f"sandbox could not open: {exc}")
-
         try:
             sb.reset()  # 1. reset
         except Exception as exc:
             return _finish(task, cell, out, started, error=f"reset failed: {exc}")
-
         trigger_at = time.time()  # 2. boundary
         before = _observe(sb)  # 3. snapshot before
         injection = _injection_record(task, before)
-
         invocation, run_error = _run_agent(agent, sb)  # 4. run
-
         after = _observe(sb)  # 5. snapshot after, and diff
         diff, diff_errors = sb.diff(before.snapshots, after.snapshots)
-
-        evidence = Evidence(  # 6. evaluate
-            diff=diff,
-            before=States(before.snapshots, "before", before.errors),
-            after=States(after.snapshots, "after", after.errors),
-            harness=HarnessRecords(invocation=invocation),
-            task=_facts(task),
-        )
-        observation_errors = {
-            **{k: f"before: {v}" for k, v in before.errors.items()},
-            **{k: f"after: {v}" for k, v in after.errors.items()},
-            **diff_errors,
-        }
-        u_outcome, u_preds = task.utility_evaluator.evaluate(evidence)
-        s_outcome, s_preds = task.security_evaluator.evaluate(evidence)
-        verdicts = decide(
-            u_outcome,
-            s_outcome,
-            autonomy(invocation),
-            observation_errors=observation_errors,
-            injection_reached=injection.reached if injection else None,
-        )
-
+        evaluation = _evaluate(task, before, after, diff, diff_errors, invocation, injection)  # 6.
+        findings = scope_findings(task.scope, diff)  # 7. discrepancies
         return _finish(  # 8. archive
             task,
             cell,
@@ -115,17 +91,63 @@ def run_trial(
             started,
             trigger_at=trigger_at,
             error=run_error,
-            verdicts=verdicts,
-            autonomy_reason=autonomy(invocation)[1],
-            outcomes={Metric.UTILITY: (u_outcome, u_preds), Metric.SECURITY: (s_outcome, s_preds)},
+            evaluation=evaluation,
             invocation=invocation,
             injection=injection,
             before=before,
             after=after,
             diff=diff,
-            observation_errors=observation_errors,
+            findings=findings,
         )
     raise AssertionError("unreachable")  # pragma: no cover - the with-block always returns
+
+
+@dataclass
+class _Evaluation:
+    verdicts: Verdicts
+    autonomy_reason: str
+    outcomes: dict[str, tuple[Outcome, list[PredicateResult]]]
+    observation_errors: dict[str, str]
+
+
+def _evaluate(
+    task: Task,
+    before: _Observation,
+    after: _Observation,
+    diff: Diff,
+    diff_errors: Mapping[str, str],
+    invocation: Invocation,
+    injection: InjectionRecord | None,
+) -> _Evaluation:
+    """Utility and security, each in its own error boundary, then the rules of DESIGN §5."""
+    evidence = Evidence(
+        diff=diff,
+        before=States(before.snapshots, "before", before.errors),
+        after=States(after.snapshots, "after", after.errors),
+        harness=HarnessRecords(invocation=invocation),
+        task=_facts(task),
+    )
+    observation_errors = {
+        **{k: f"before: {v}" for k, v in before.errors.items()},
+        **{k: f"after: {v}" for k, v in after.errors.items()},
+        **diff_errors,
+    }
+    utility = task.utility_evaluator.evaluate(evidence)
+    security = task.security_evaluator.evaluate(evidence)
+    auto = autonomy(invocation)
+    verdicts = decide(
+        utility[0],
+        security[0],
+        auto,
+        observation_errors=observation_errors,
+        injection_reached=injection.reached if injection else None,
+    )
+    return _Evaluation(
+        verdicts=verdicts,
+        autonomy_reason=auto[1],
+        outcomes={Metric.UTILITY.value: utility, Metric.SECURITY.value: security},
+        observation_errors=observation_errors,
+    )
 
 
 def _observe(sb: Sandbox) -> _Observation:
@@ -187,22 +209,23 @@ def _finish(
     *,
     error: str | None = None,
     trigger_at: float | None = None,
-    verdicts: Verdicts | None = None,
-    autonomy_reason: str = "",
-    outcomes: Mapping[str, tuple[Outcome, list[PredicateResult]]] | None = None,
+    evaluation: _Evaluation | None = None,
     invocation: Invocation | None = None,
     injection: InjectionRecord | None = None,
     before: _Observation | None = None,
     after: _Observation | None = None,
     diff: Diff | None = None,
-    observation_errors: Mapping[str, str] | None = None,
+    findings: list[Finding] | None = None,
 ) -> TrialResult:
     """Build the record (unknown verdicts, with the reason, when the trial broke early) and
     write the archive."""
     diff = diff or Diff({})
-    if verdicts is None:
+    if evaluation is None:
         why = f"the trial did not run to evaluation: {error}"
-        verdicts = Verdicts(None, None, None, {m.value: why for m in Metric})
+        evaluation = _Evaluation(
+            Verdicts(None, None, None, {m.value: why for m in Metric}), "", {}, {}
+        )
+    verdicts = evaluation.verdicts
     before = before or _Observation({}, {})
     after = after or _Observation({}, {})
     snapshots = {
@@ -223,14 +246,14 @@ def _finish(
         autonomy_achieved=verdicts.autonomy_achieved,
         evaluation_errors=dict(verdicts.evaluation_errors),
         error=error,
-        evaluators={str(m): _evaluator_record(o, p) for m, (o, p) in (outcomes or {}).items()},
-        autonomy_reason=autonomy_reason,
+        evaluators={m: _evaluator_record(o, p) for m, (o, p) in evaluation.outcomes.items()},
+        autonomy_reason=evaluation.autonomy_reason,
         invocation=invocation,
         injection=injection,
         snapshots=snapshots,
-        observation_errors=dict(observation_errors or {}),
+        observation_errors=evaluation.observation_errors,
         diff=diff.to_json(),
-        findings=scope_findings(task.scope, diff),
+        findings=findings or [],
         task_digest=task_digest(task),
         versions=runtime_versions(),
         started_at=started,
@@ -241,5 +264,5 @@ def _finish(
     if out is not None:
         files = archive_files(record, before.snapshots, after.snapshots, diff)
         folder = write_archive(out / cell.folder, files, overwrite=True)
-    preds = {str(m): p for m, (_, p) in (outcomes or {}).items()}
+    preds = {m: p for m, (_, p) in evaluation.outcomes.items()}
     return TrialResult(record=record, archive=folder, diff=diff, predicates=preds)

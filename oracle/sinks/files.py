@@ -33,7 +33,9 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, ClassVar, Literal
 
-from oracle.canonical import Json, digest_json
+import orjson
+
+from oracle.canonical import Json
 from oracle.diff import Change, SinkDiff
 from oracle.globs import PathOutsideRootError, check_relative, compile_glob, match_any
 from oracle.query import matches
@@ -76,11 +78,10 @@ class Entry:
             out["text"] = self.text
         return out
 
-    def state_json(self) -> dict[str, Json]:
-        """The entry without its text: what the digest covers (the text is in sha256)."""
-        out = self.to_json()
-        out.pop("text", None)
-        return out
+    @property
+    def state_key(self) -> tuple[object, ...]:
+        """What the digest covers: everything but the text (which the sha256 stands for)."""
+        return (self.type, self.mode, self.uid, self.gid, self.size, self.sha256, self.target)
 
 
 def _type_of(mode: int) -> EntryType:
@@ -326,7 +327,12 @@ def diff_folders(sink: str, before: FolderState, after: FolderState) -> FileDiff
             changes.append(FileAdded(path=path, entry=new.to_json()))
         elif new is None and old is not None:
             changes.append(FileRemoved(path=path, entry=old.to_json()))
-        elif old is not None and new is not None and old.state_json() != new.state_json():
+        elif (
+            old is not None
+            and new is not None
+            and old is not new
+            and (old.state_key != new.state_key)
+        ):
             content = (old.sha256, old.target, old.size) != (new.sha256, new.target, new.size)
             text_diff = None
             if content and old.text is not None and new.text is not None:
@@ -378,6 +384,7 @@ class FolderSink:
                 raise ValueError(f"file sink {name!r}: {exc}") from None
         self.include = tuple(include)
         self.exclude = tuple(exclude)
+        self._everything = self.include == ("**",) and not self.exclude
         self.text_limit = text_limit
         self.trust_stat = trust_stat
         self._cache: dict[str, tuple[_StatKey, Entry]] = {}
@@ -386,9 +393,13 @@ class FolderSink:
         return f"FolderSink({self.name!r}, {str(self.root)!r})"
 
     def _wanted(self, rel: str) -> bool:
+        if self._everything:
+            return True
         return match_any(self.include, rel) and not match_any(self.exclude, rel)
 
     def _pruned(self, rel: str) -> bool:
+        if not self.exclude:
+            return False
         return match_any(self.exclude, rel) or match_any(self.exclude, rel + "/")
 
     def snapshot(self) -> Snapshot:
@@ -413,7 +424,7 @@ class FolderSink:
         _wait_past(newest_ctime)
         ordered = MappingProxyType(dict(sorted(entries.items())))
         state = FolderState(str(self.root), ordered, self.text_limit)
-        digest = digest_json({p: e.state_json() for p, e in ordered.items()})
+        digest = _digest(ordered)
         return Snapshot(self.name, KIND, digest, state, started)
 
     def _walk(self) -> Iterator[tuple[str, str, os.stat_result]]:
@@ -501,6 +512,14 @@ class FolderSink:
     def diff(self, before: Snapshot, after: Snapshot) -> FileDiff:
         """Added, removed and modified paths, with a unified diff for small text files."""
         return diff_folders(self.name, before.state, after.state)
+
+
+def _digest(entries: Mapping[str, Entry]) -> str:
+    """sha256 over the sorted paths and their state keys (canonical, and cheap to compute)."""
+    h = hashlib.sha256()
+    for path, e in entries.items():
+        h.update(orjson.dumps([path, *e.state_key]))
+    return "sha256:" + h.hexdigest()
 
 
 # The clock the kernel stamps inode times with (Linux: CLOCK_REALTIME_COARSE, id 5, which the

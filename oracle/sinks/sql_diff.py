@@ -259,6 +259,11 @@ class SqlDiff(SinkDiff):
         return [c for c in self.changes if not isinstance(c, row_types)]
 
 
+def _order(key: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A total order over keys that may mix types (NULL, numbers, text, bytes)."""
+    return tuple((v is None, type(v).__name__, 0 if v is None else v) for v in key)
+
+
 def _same(x: Any, y: Any) -> bool:
     """Equal values of the same type (1, 1.0 and True differ; NaN equals NaN)."""
     if type(x) is not type(y):
@@ -293,35 +298,36 @@ def _row_changes(b: TableState, a: TableState) -> list[Change]:
             c.name for c in b.columns if c.is_json
         }
         bd, ad = b.digests, a.digests
-        for k, row in b.rows.items():
-            if k not in ad:
-                out.append(RowRemoved(table=b.name, key=b.key_json(k), row=b.as_dict(row)))
+        # Set differences of (key, digest) pairs run in C: the cost of an unchanged row is one
+        # hash lookup, and only differing rows are looked at in Python.
+        differing = {k for k, _ in ad.items() - bd.items()} if same_columns else set(ad)
+        for k in sorted(bd.keys() - ad.keys(), key=_order):
+            out.append(RowRemoved(table=b.name, key=b.key_json(k), row=b.as_dict(b.rows[k])))
         changed: list[RowChanged] = []
-        for k, d in ad.items():
-            od = bd.get(k)
-            if od is None:
+        for k in sorted(differing, key=_order):
+            if k not in bd:
                 out.append(RowAdded(table=a.name, key=a.key_json(k), row=a.as_dict(a.rows[k])))
-            elif od != d or not same_columns:
-                old_row, new_row = b.rows[k], a.rows[k]
-                fields: dict[str, FieldChange] = {}
-                for name, i, j in zip(common, bi, ai, strict=True):
-                    ov, nv = old_row[i], new_row[j]
-                    if not _same(ov, nv):
-                        fields[name] = FieldChange(
-                            old=to_jsonable(ov),
-                            new=to_jsonable(nv),
-                            detail=_json_detail(ov, nv) if name in json_cols else None,
-                        )
-                if fields:
-                    changed.append(
-                        RowChanged(
-                            table=a.name,
-                            key=a.key_json(k) or [],
-                            fields=fields,
-                            before=b.as_dict(old_row),
-                            row=a.as_dict(new_row),
-                        )
+                continue
+            old_row, new_row = b.rows[k], a.rows[k]
+            fields: dict[str, FieldChange] = {}
+            for name, i, j in zip(common, bi, ai, strict=True):
+                ov, nv = old_row[i], new_row[j]
+                if not _same(ov, nv):
+                    fields[name] = FieldChange(
+                        old=to_jsonable(ov),
+                        new=to_jsonable(nv),
+                        detail=_json_detail(ov, nv) if name in json_cols else None,
                     )
+            if fields:
+                changed.append(
+                    RowChanged(
+                        table=a.name,
+                        key=a.key_json(k) or [],
+                        fields=fields,
+                        before=b.as_dict(old_row),
+                        row=a.as_dict(new_row),
+                    )
+                )
         out.extend(changed)
         return out
     # Multisets (or a key that changed): compare rows projected on the shared columns.

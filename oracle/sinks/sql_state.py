@@ -161,20 +161,13 @@ def build_table(
         idx = [names.index(c) for c in primary_key]
         if len(idx) == 1:
             i = idx[0]
-            for r in rows:
-                k = (r[i],)
-                d = row_digest(r)
-                digests[k] = d
-                keyed_rows[k] = r
-                table_hash.update(d)
+            keys = [(r[i],) for r in rows]
         else:
-            getter = itemgetter(*idx)
-            for r in rows:
-                k = getter(r)
-                d = row_digest(r)
-                digests[k] = d
-                keyed_rows[k] = r
-                table_hash.update(d)
+            keys = list(map(itemgetter(*idx), rows))
+        row_digests = list(map(row_digest, rows))
+        digests.update(zip(keys, row_digests, strict=True))
+        keyed_rows.update(zip(keys, rows, strict=True))
+        table_hash.update(b"".join(row_digests))
         if len(keyed_rows) != len(rows):
             keyed = False
             note = "primary key values repeat (NULL in a key column?): compared as a multiset"
