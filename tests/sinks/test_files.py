@@ -1,0 +1,219 @@
+"""The file sink: everything under a root, links never followed, cheap re-snapshots."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from oracle.globs import PathOutsideRootError
+from oracle.sinks.files import FileAdded, FileModified, FileRemoved, FolderSink
+from oracle.snapshot import SnapshotError
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    r = tmp_path / "root"
+    (r / "config").mkdir(parents=True)
+    (r / "config" / "app.toml").write_text('log = "info"\nauth = true\n')
+    (r / "notes.md").write_text("# notes\n")
+    (r / "blob.bin").write_bytes(bytes(range(256)))
+    return r
+
+
+def test_unchanged_folder_diffs_empty(root):
+    sink = FolderSink("root", root)
+    a, b = sink.snapshot(), sink.snapshot()
+    assert a.digest == b.digest
+    assert sink.diff(a, b).empty
+
+
+def test_added_removed_modified_with_text_diff(root):
+    sink = FolderSink("root", root)
+    before = sink.snapshot()
+    (root / "config" / "app.toml").write_text('log = "debug"\nauth = true\n')
+    (root / "notes.md").unlink()
+    (root / "public").mkdir()
+    (root / "public" / "key.txt").write_text("sk-123\n")
+    d = sink.diff(before, sink.snapshot())
+    assert [c.path for c in d.added()] == ["public", "public/key.txt"]
+    assert isinstance(d.added("public/*")[0], FileAdded)
+    assert d.added("public/*")[0].entry["text"] == "sk-123\n"
+    (removed,) = d.removed()
+    assert isinstance(removed, FileRemoved) and removed.path == "notes.md"
+    (mod,) = d.modified("config/*.toml")
+    assert isinstance(mod, FileModified) and mod.content_changed and not mod.mode_changed
+    assert '-log = "info"' in (mod.text_diff or "")
+    assert '+log = "debug"' in (mod.text_diff or "")
+
+
+def test_mode_change_alone_is_a_modification(root):
+    sink = FolderSink("root", root)
+    before = sink.snapshot()
+    (root / "notes.md").chmod(0o666)
+    (mod,) = sink.diff(before, sink.snapshot()).modified()
+    assert mod.mode_changed and not mod.content_changed
+    assert mod.new["mode"] == 0o666
+    assert sink.diff(before, sink.snapshot()).modified(mode=lambda m: m & 0o002)
+
+
+def test_binary_and_large_files_are_compared_by_digest(root):
+    sink = FolderSink("root", root, text_limit=16)
+    before = sink.snapshot()
+    assert sink.snapshot().state.entries["blob.bin"].text is None
+    (root / "blob.bin").write_bytes(bytes(range(255, -1, -1)))
+    (root / "notes.md").write_text("# notes, now longer than sixteen bytes\n")
+    d = sink.diff(before, sink.snapshot())
+    assert {c.path for c in d.modified()} == {"blob.bin", "notes.md"}
+    assert all(c.text_diff is None for c in d.modified())
+    with pytest.raises(ValueError, match="text_limit"):
+        sink.snapshot().state.text("notes.md")
+
+
+def test_same_size_same_mtime_edit_is_still_seen(root):
+    """An agent that restores the mtime after an equal-length edit does not hide it."""
+    sink = FolderSink("root", root)
+    path = root / "config" / "app.toml"
+    before = sink.snapshot()
+    st = path.stat()
+    path.write_text(path.read_text().replace("true", "fals"))  # same length
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert path.stat().st_size == st.st_size and path.stat().st_mtime_ns == st.st_mtime_ns
+    (mod,) = sink.diff(before, sink.snapshot()).modified()
+    assert mod.path == "config/app.toml"
+
+
+def test_immediate_edits_are_seen_every_time(root):
+    sink = FolderSink("root", root)
+    path = root / "notes.md"
+    for i in range(20):
+        before = sink.snapshot()
+        path.write_text(f"# note {i % 10}\n")  # same length each time
+        d = sink.diff(before, sink.snapshot())
+        assert [c.path for c in d.modified()] == ["notes.md"], i
+
+
+def test_symlinks_are_recorded_not_followed(root, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("do not read me\n")
+    sink = FolderSink("root", root)
+    before = sink.snapshot()
+    os.symlink(outside, root / "escape")
+    os.symlink("/nonexistent/target", root / "dangling")
+    after = sink.snapshot()
+    entries = after.state.entries
+    assert entries["escape"].type == "symlink"
+    assert entries["escape"].target == str(outside)
+    assert "escape/secret.txt" not in entries
+    assert entries["dangling"].type == "symlink"
+    added = sink.diff(before, after).added()
+    assert {c.path for c in added} == {"escape", "dangling"}
+    assert all("do not read me" not in str(c.entry) for c in added)
+
+
+def test_root_replaced_by_a_link_is_seen(root, tmp_path):
+    sink = FolderSink("root", root)
+    before = sink.snapshot()
+    moved = tmp_path / "moved"
+    root.rename(moved)
+    os.symlink("/etc", root)
+    d = sink.diff(before, sink.snapshot())
+    (root_change,) = [c for c in d.modified() if c.path == "."]
+    assert root_change.type_changed and root_change.new["target"] == "/etc"
+    assert {c.path for c in d.removed()} >= {"notes.md", "config/app.toml"}
+    assert not any(c.path.startswith("passwd") for c in d.added())
+
+
+def test_fifo_is_recorded_not_opened(root):
+    os.mkfifo(root / "pipe")
+    entry = FolderSink("root", root).snapshot().state.entries["pipe"]
+    assert entry.type == "fifo" and entry.sha256 is None
+
+
+def test_include_and_exclude(root):
+    (root / "cache").mkdir()
+    (root / "cache" / "big.tmp").write_text("x")
+    sink = FolderSink("root", root, include=["**/*.toml", "*.md"], exclude=["cache/**"])
+    paths = set(sink.snapshot().state.entries)
+    assert paths == {".", "config/app.toml", "notes.md"}
+    before = sink.snapshot()
+    (root / "cache" / "more.tmp").write_text("y")
+    (root / "blob.bin").write_bytes(b"changed")
+    assert sink.diff(before, sink.snapshot()).empty
+
+
+def test_globs_that_leave_the_root_are_refused(root):
+    with pytest.raises(ValueError, match="leaves the root"):
+        FolderSink("root", root, include=["../*"])
+    with pytest.raises(ValueError, match="absolute"):
+        FolderSink("root", root, exclude=["/etc/**"])
+
+
+def test_queries_that_leave_the_root_are_refused(root):
+    state = FolderSink("root", root).snapshot().state
+    with pytest.raises(PathOutsideRootError):
+        state.text("../../etc/passwd")
+    with pytest.raises(PathOutsideRootError):
+        state.exists("/etc/passwd")
+
+
+def test_missing_root_fails_the_snapshot(tmp_path):
+    with pytest.raises(SnapshotError, match="does not exist"):
+        FolderSink("root", tmp_path / "nope").snapshot()
+
+
+def test_text_of_missing_or_binary_file_says_why(root):
+    state = FolderSink("root", root).snapshot().state
+    with pytest.raises(FileNotFoundError):
+        state.text("nope.txt")
+    with pytest.raises(ValueError, match="not UTF-8"):
+        state.text("blob.bin")
+    with pytest.raises(ValueError, match="is a dir"):
+        state.text("config")
+
+
+def _snapshot_as_nobody(root: Path) -> str:
+    """Snapshot `root` in a forked child that has dropped to an unprivileged user."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: no return from here
+        os.close(r)
+        try:
+            os.setgid(65534)
+            os.setuid(65534)
+            try:
+                FolderSink("root", root).snapshot()
+                msg = "NO ERROR"
+            except SnapshotError as exc:
+                msg = f"ERROR {exc}"
+        except BaseException as exc:  # pragma: no cover - reported to the parent
+            msg = f"CRASH {exc!r}"
+        os.write(w, msg.encode())
+        os._exit(0)
+    os.close(w)
+    with os.fdopen(r) as f:
+        out = f.read()
+    os.waitpid(pid, 0)
+    return out
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to drop to another user")
+def test_unreadable_file_fails_the_snapshot():
+    """As an unprivileged user, a file it cannot read makes the snapshot fail, naming it."""
+    base = Path(tempfile.mkdtemp(prefix="oracle-unreadable-"))
+    try:
+        base.chmod(0o755)
+        (base / "ok.txt").write_text("fine\n")
+        (base / "locked.txt").write_text("secret\n")
+        (base / "locked.txt").chmod(0o000)
+        out = _snapshot_as_nobody(base)
+        assert out.startswith("ERROR"), out
+        assert "locked.txt" in out and "Permission denied" in out
+    finally:
+        (base / "locked.txt").chmod(0o600)
+        for p in base.iterdir():
+            p.unlink()
+        base.rmdir()

@@ -1,0 +1,106 @@
+"""Controls: each predicate shown to fire on its breach and stay silent on clean and mirror."""
+
+from __future__ import annotations
+
+from oracle import Task, breach, clean, load_tasks, mirror, sqlite
+from oracle.controls import classify, controls_report, run_controls
+from tests.conftest import DEMO
+
+SEED = "CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT); INSERT INTO t VALUES (1, 'a');"
+
+
+def deleted(ev):
+    return bool(ev.diff.sql("db").removed("t"))
+
+
+def anything_changed(ev):
+    return not ev.diff.sql("db").empty
+
+
+def added(ev):
+    return bool(ev.diff.sql("db").added("t"))
+
+
+def broken(ev):
+    return 1
+
+
+def wipe(sb):
+    sb.sql("db", "DELETE FROM t")
+
+
+def insert(sb):
+    sb.sql("db", "INSERT INTO t VALUES (2, 'b')")
+
+
+def touch(sb):
+    sb.sql("db", "UPDATE t SET v = 'z'")
+
+
+def crash(sb):
+    raise RuntimeError("control script failed")
+
+
+def task(security, controls, utility=added):
+    return Task(
+        name="c",
+        prompt="p",
+        sinks=[sqlite("db", sql=SEED)],
+        utility=utility,
+        security=security,
+        controls=controls,
+    )
+
+
+def statuses(t):
+    runs, err = run_controls(t)
+    assert err is None
+    return {s.predicate: s.status for s in classify(t, runs)}, runs
+
+
+def test_proven():
+    st, runs = statuses(task(deleted, [breach(wipe), clean(insert, utility=True), mirror(touch)]))
+    assert st == {"deleted": "proven", "added": "proven"}
+    assert all(r.behaved for r in runs)
+
+
+def test_trigger_happy():
+    st, runs = statuses(task(anything_changed, [breach(wipe), mirror(touch)]))
+    assert st["anything_changed"] == "trigger-happy"
+    assert not next(r for r in runs if r.control.kind == "mirror").behaved
+
+
+def test_untested_without_breach_control():
+    st, _ = statuses(task(deleted, [clean(insert, utility=True)]))
+    assert st["deleted"] == "untested"
+
+
+def test_untested_when_breach_does_not_fire():
+    st, runs = statuses(task(deleted, [breach(touch)]))
+    assert st["deleted"] == "untested"
+    assert not runs[0].behaved
+
+
+def test_broken():
+    st, _ = statuses(task([deleted, broken], [breach(wipe)]))
+    assert st["broken"] == "broken"
+    assert st["deleted"] == "proven"
+
+
+def test_task_without_controls_is_untested_not_a_crash():
+    st, runs = statuses(task(deleted, []))
+    assert runs == [] and st == {"deleted": "untested", "added": "untested"}
+
+
+def test_control_that_raises_misbehaves():
+    _, runs = statuses(task(deleted, [breach(crash)]))
+    assert runs[0].record.error and "control script failed" in runs[0].record.error
+    assert not runs[0].behaved
+
+
+def test_demo_suite_is_proven():
+    report = controls_report(load_tasks([DEMO]).tasks)
+    bad = [s for s in report.statuses if s.status != "proven"]
+    assert bad == [], bad
+    assert report.ok
+    assert len(report.runs) >= 12

@@ -1,0 +1,157 @@
+"""Evaluators: a real bool or an error, never a value read as False."""
+
+from __future__ import annotations
+
+import pytest
+
+from oracle.diff import Diff
+from oracle.evaluators import (
+    Fixed,
+    PredicateResult,
+    StatePredicates,
+    Unconfigured,
+    as_evaluator,
+    combine,
+    run_predicate,
+)
+from oracle.evidence import ClaimNotEvidenceError, Evidence, HarnessRecords, TaskFacts
+from oracle.invocation import Invocation, Step
+from oracle.snapshot import States
+
+
+def evidence() -> Evidence:
+    inv = Invocation(
+        adapter="callable", agent="a", started=True, steps=[Step(name="run", outcome="succeeded")]
+    )
+    return Evidence(
+        diff=Diff({}),
+        before=States({}, "before"),
+        after=States({}, "after"),
+        harness=HarnessRecords(invocation=inv),
+        task=TaskFacts(name="t", prompt="p"),
+    )
+
+
+@pytest.mark.parametrize("value", [0, 1, "false", "true", None, {}, [], 0.0, "", object()])
+def test_non_bool_is_an_error_never_a_verdict(value):
+    r = run_predicate("p", lambda ev: (ev.diff, value)[1], evidence())
+    assert r.value is None
+    assert "not a bool" in (r.error or "")
+
+
+@pytest.mark.parametrize("value", [True, False])
+def test_real_bool_is_a_verdict(value):
+    r = run_predicate("p", lambda ev: ev.diff.empty is value, evidence())
+    assert r.value is value
+    assert r.error is None
+    assert r.tiers == frozenset({"environment"})
+
+
+def test_exception_is_an_error_with_its_message():
+    def boom(ev):
+        raise RuntimeError("table vanished")
+
+    r = run_predicate("boom", boom, evidence())
+    assert r.value is None
+    assert "RuntimeError: table vanished" in (r.error or "")
+    assert "boom" in (r.error or "")
+
+
+def test_predicate_that_reads_nothing_is_refused():
+    r = run_predicate("const", lambda ev: False, evidence())
+    assert r.value is None
+    assert "without reading environment or boundary evidence" in (r.error or "")
+
+
+def test_predicate_that_reads_only_harness_records_is_refused():
+    r = run_predicate("calls", lambda ev: ev.harness.invocation is not None, evidence())
+    assert r.value is None
+    assert r.tiers == frozenset({"harness"})
+
+
+def test_claim_attributes_do_not_exist():
+    ev = evidence()
+    for name in ("transcript", "final_message", "messages", "claims"):
+        with pytest.raises(ClaimNotEvidenceError, match="claim"):
+            getattr(ev, name)
+
+
+def test_predicate_reaching_for_the_transcript_is_unknown_not_false():
+    r = run_predicate("peek", lambda ev: "sent nothing" in ev.transcript, evidence())
+    assert r.value is None
+    assert "ClaimNotEvidenceError" in (r.error or "")
+
+
+def test_each_predicate_gets_its_own_record_of_reads():
+    ev = evidence()
+    first = run_predicate("a", lambda e: e.diff.empty, ev)
+    second = run_predicate("b", lambda e: e.harness is not None and e.before is not None, ev)
+    assert first.tiers == frozenset({"environment"})
+    assert second.tiers == frozenset({"harness", "environment"})
+
+
+def test_unconfigured_is_unknown():
+    outcome, preds = Unconfigured("utility_achieved").evaluate(evidence())
+    assert outcome.value is None and outcome.kind == "unconfigured"
+    assert "utility_achieved" in (outcome.error or "")
+    assert preds == []
+
+
+@pytest.mark.parametrize("value", [True, False])
+def test_fixed_is_an_assertion(value):
+    outcome, _ = Fixed(value).evaluate(evidence())
+    assert outcome.value is value
+    assert outcome.kind == "assertion"
+
+
+def test_fixed_refuses_non_bool():
+    with pytest.raises(TypeError):
+        Fixed(1)  # type: ignore[arg-type]
+
+
+def R(value, error=None):
+    return PredicateResult("p", value, error if value is None else None, frozenset({"environment"}))
+
+
+@pytest.mark.parametrize(
+    ("how", "values", "expected"),
+    [
+        ("any", [False, False], False),
+        ("any", [False, True], True),
+        ("any", [None, True], True),  # an established breach stands beside a broken predicate
+        ("any", [None, False], None),
+        ("all", [True, True], True),
+        ("all", [True, False], False),
+        ("all", [None, False], False),
+        ("all", [None, True], None),
+    ],
+)
+def test_three_valued_combination(how, values, expected):
+    outcome = combine([R(v, "broke") for v in values], how)
+    assert outcome.value is expected
+    if expected is None:
+        assert "broke" in (outcome.error or "")
+
+
+def test_state_predicates_record_each_result():
+    sp = StatePredicates([("a", lambda ev: ev.diff.empty), ("b", lambda ev: 1)], "all")
+    outcome, results = sp.evaluate(evidence())
+    assert [r.name for r in results] == ["a", "b"]
+    assert results[0].value is True and results[1].value is None
+    assert outcome.value is None
+
+
+def test_as_evaluator_coerces_what_authors_write():
+    def p(ev):
+        return True
+
+    assert isinstance(as_evaluator(None, "m", "any"), Unconfigured)
+    assert isinstance(as_evaluator(True, "m", "any"), Fixed)
+    assert as_evaluator(p, "m", "any").names() == ["p"]
+    assert as_evaluator([p], "m", "any").names() == ["p"]
+    with pytest.raises(TypeError, match="m"):
+        as_evaluator(1, "m", "any")
+    with pytest.raises(TypeError, match=r"m\[1\]"):
+        as_evaluator([p, "x"], "m", "any")
+    with pytest.raises(ValueError, match="repeated"):
+        as_evaluator([p, p], "m", "any")
