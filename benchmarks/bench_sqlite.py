@@ -1,0 +1,233 @@
+"""SQLite: snapshot + diff of a 100,000 × 20 table with 1% of its rows changed.
+
+Two database files hold the two states: ``before.sqlite``, and ``after.sqlite``, a copy of it
+in which 1,000 rows had one REAL column changed. Every contender compares these same two files.
+
+- ours: the after snapshot plus the diff, given a before snapshot taken earlier
+  (``ours_full``: fresh sinks, before snapshot + after snapshot + diff);
+- deepdiff_full_dump: both tables read with sqlite3 into ``{id: {column: value}}``, then
+  ``DeepDiff(before, after)``;
+- raw_sqlite3_read (the floor): one ``SELECT * FROM t``, fetchall, on the after file.
+"""
+
+from __future__ import annotations
+
+import cProfile
+import random
+import shutil
+import sqlite3
+import string
+from pathlib import Path
+from typing import Any
+
+from common import Result, Stopwatch, measure, measure_call, profile_call, result, scratch
+from deepdiff import DeepDiff
+
+from oracle.sinks.sql import SqlDiff, SqlSink
+from oracle.snapshot import Snapshot
+
+NAME = "sqlite snapshot+diff 100k x 20, 1% changed"
+GOAL = "≥30× faster than deepdiff_full_dump and within 3× of raw_sqlite3_read"
+
+ROWS = 100_000
+TEXT_COLUMNS = 10
+REAL_COLUMNS = 9
+CHANGED = 1_000
+CHANGED_COLUMN = "c02"  # a REAL column
+SEED = 20240601
+
+REPEATS_OURS = 5
+REPEATS_OURS_FULL = 3  # over a second each
+REPEATS_RAW = 5
+REPEATS_DEEPDIFF = 3  # tens of seconds each
+
+
+def _columns() -> list[tuple[str, str]]:
+    """c01..c19, alternating TEXT and REAL (10 TEXT, 9 REAL)."""
+    out = []
+    for i in range(1, TEXT_COLUMNS + REAL_COLUMNS + 1):
+        out.append((f"c{i:02d}", "TEXT" if i % 2 else "REAL"))
+    return out
+
+
+def _words(rng: random.Random, n: int) -> list[str]:
+    words: set[str] = set()
+    while len(words) < n:
+        w = "".join(rng.choices(string.ascii_lowercase, k=rng.randint(3, 10)))
+        if "null" not in w:
+            words.add(w)
+    return sorted(words)
+
+
+def make_databases(work: Path) -> tuple[Path, Path, list[int]]:
+    """Write before.sqlite and after.sqlite; return their paths and the changed ids."""
+    rng = random.Random(SEED)
+    words = _words(rng, 5_000)
+    cols = _columns()
+    before, after = work / "before.sqlite", work / "after.sqlite"
+    con = sqlite3.connect(before)
+    try:
+        ddl = ", ".join(f"{n} {t}" for n, t in cols)
+        con.execute(f"CREATE TABLE t (id INTEGER PRIMARY KEY, {ddl})")
+        text = [t == "TEXT" for _, t in cols]
+        rows = (
+            (
+                i,
+                *(
+                    f"{rng.choice(words)} {rng.choice(words)} {rng.randrange(1_000_000)}"
+                    if is_text
+                    else round(rng.uniform(-1e6, 1e6), 4)
+                    for is_text in text
+                ),
+            )
+            for i in range(1, ROWS + 1)
+        )
+        marks = ", ".join("?" * (len(cols) + 1))
+        with con:
+            con.executemany(f"INSERT INTO t VALUES ({marks})", rows)
+    finally:
+        con.close()
+    shutil.copyfile(before, after)
+    changed = sorted(rng.sample(range(1, ROWS + 1), CHANGED))
+    con = sqlite3.connect(after)
+    try:
+        with con:
+            con.executemany(
+                f"UPDATE t SET {CHANGED_COLUMN} = {CHANGED_COLUMN} + 0.5 WHERE id = ?",
+                [(i,) for i in changed],
+            )
+    finally:
+        con.close()
+    return before, after, changed
+
+
+def _url(path: Path) -> str:
+    return f"sqlite:///file:{path}?mode=ro&uri=true"
+
+
+def _connect_ro(path: Path) -> sqlite3.Connection:
+    return sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+
+
+def raw_read(path: Path) -> list[Any]:
+    """The floor: every row of the table, read once with the raw driver."""
+    con = _connect_ro(path)
+    try:
+        return con.execute("SELECT * FROM t").fetchall()
+    finally:
+        con.close()
+
+
+def _dump(path: Path) -> dict[int, dict[str, Any]]:
+    con = _connect_ro(path)
+    try:
+        cur = con.execute("SELECT * FROM t")
+        names = [d[0] for d in cur.description]
+        return {row[0]: dict(zip(names, row, strict=True)) for row in cur}
+    finally:
+        con.close()
+
+
+def deepdiff_full_dump(before: Path, after: Path) -> DeepDiff:
+    return DeepDiff(_dump(before), _dump(after))
+
+
+def _check_ours(d: SqlDiff, changed: list[int]) -> None:
+    rows = d.changed("t")
+    assert len(rows) == CHANGED, f"ours reports {len(rows)} changed rows, expected {CHANGED}"
+    assert sorted(r.key[0] for r in rows) == changed, "ours reports other rows than were changed"
+    assert all(set(r.fields) == {CHANGED_COLUMN} for r in rows), "ours reports other columns"
+    assert not d.added("t") and not d.removed("t"), "ours reports added or removed rows"
+    assert len(d.changes) == CHANGED, f"ours reports {len(d.changes)} changes in all"
+
+
+def _check_deepdiff(dd: DeepDiff, changed: list[int]) -> None:
+    values = dd.get("values_changed", {})
+    assert set(dd.keys()) == {"values_changed"}, f"deepdiff reports {sorted(dd.keys())}"
+    expected = {f"root[{i}]['{CHANGED_COLUMN}']" for i in changed}
+    assert set(values) == expected, "deepdiff reports other changes than were made"
+
+
+def run(profiler: cProfile.Profile | None = None) -> Result:
+    with scratch("sqlite") as work:
+        before_path, after_path, changed = make_databases(work)
+        before_url, after_url = _url(before_path), _url(after_path)
+        file_bytes = before_path.stat().st_size
+
+        # Warm up: page cache, imports, SQLAlchemy's first-use costs.
+        raw_read(before_path)
+        raw_read(after_path)
+        sink = SqlSink("db", after_url)
+        before_sink = SqlSink("db", before_url)
+        before = before_sink.snapshot()
+        _check_ours(sink.diff(before, sink.snapshot()), changed)
+
+        raw = measure_call(lambda: raw_read(after_path), REPEATS_RAW)
+
+        last: dict[str, Any] = {}
+
+        def ours_once(sw: Stopwatch) -> None:
+            with sw.running():
+                after = sink.snapshot()
+                d = sink.diff(before, after)
+            last["ours"] = d
+
+        ours = measure(ours_once, REPEATS_OURS)
+        _check_ours(last.pop("ours"), changed)
+
+        def ours_full_once(sw: Stopwatch) -> None:
+            sb, sa = SqlSink("db", before_url), SqlSink("db", after_url)
+            snaps: list[Snapshot] = []
+            with sw.running():
+                snaps.append(sb.snapshot())
+                snaps.append(sa.snapshot())
+                d = sa.diff(snaps[0], snaps[1])
+            sb.close()
+            sa.close()
+            last["full"] = d
+
+        ours_full = measure(ours_full_once, REPEATS_OURS_FULL)
+        _check_ours(last.pop("full"), changed)
+
+        def deepdiff_once(sw: Stopwatch) -> None:
+            with sw.running():
+                dd = deepdiff_full_dump(before_path, after_path)
+            last["deepdiff"] = dd
+
+        deep = measure(deepdiff_once, REPEATS_DEEPDIFF)
+        _check_deepdiff(last.pop("deepdiff"), changed)
+
+        def ours_profiled() -> None:
+            sink.diff(before, sink.snapshot())
+
+        profile_call(ours_profiled, profiler)
+        sink.close()
+        before_sink.close()
+
+    checks = {
+        "≥30× faster than deepdiff_full_dump": ours.median * 30 <= deep.median,
+        "within 3× of raw_sqlite3_read": ours.median <= 3 * raw.median,
+    }
+    return result(
+        NAME,
+        goal=GOAL,
+        ours=ours,
+        baselines={"deepdiff_full_dump": deep, "raw_sqlite3_read": raw},
+        checks=checks,
+        extra={"ours_full": ours_full},
+        params={
+            "rows": ROWS,
+            "columns": 1 + TEXT_COLUMNS + REAL_COLUMNS,
+            "text_columns": TEXT_COLUMNS,
+            "real_columns": REAL_COLUMNS,
+            "changed_rows": CHANGED,
+            "changed_column": CHANGED_COLUMN,
+            "file_bytes": file_bytes,
+        },
+        notes=(
+            "ours = after snapshot + diff given an earlier before snapshot (one SqlSink, "
+            "read-only URI); ours_full = fresh SqlSinks: before snapshot + after snapshot + "
+            "diff; deepdiff_full_dump reads both files into {id: {col: value}} and diffs; "
+            "raw_sqlite3_read = SELECT * FROM t, fetchall, on the after file. Warm page cache."
+        ),
+    )
