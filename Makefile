@@ -36,6 +36,7 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 trial: $(STAMP)
+	rm -rf runs/demo
 	$(BIN)/oracle demo tasks/demo --out runs/demo
 
 test: $(STAMP)
