@@ -7,7 +7,7 @@ The authoring surface, in one import::
 See docs/authoring.md.
 """
 
-from oracle.agent import Agent, CallableAgent
+from oracle.agent import Agent, CallableAgent, RunRecord
 from oracle.evidence import Evidence
 from oracle.fixtures import Dir, File, Link, folder, sqlite
 from oracle.loader import load_tasks
@@ -26,6 +26,7 @@ __all__ = [
     "File",
     "Injection",
     "Link",
+    "RunRecord",
     "Sandbox",
     "SandboxView",
     "Scope",

@@ -1,13 +1,16 @@
 """Agent adapters: how the trial runs whatever acts in the sandbox.
 
-An agent is any object with a ``name`` and ``run(view) -> Invocation``. The adapter, not the
+An agent is any object with a ``name`` and ``run(view) -> RunRecord``. The adapter, not the
 agent, writes the invocation record (started, steps, how it ended), so autonomy is read from what
-the harness saw, never from what the agent printed.
+the harness saw, never from what the agent printed. The adapter also hands over what it captured:
+the reply the agent published (boundary evidence), its final message (a claim, kept for
+discrepancy findings and never shown to predicates) and its logs.
 
 Example::
 
     def tidy(view):                      # any function of a SandboxView
         view.sql(None, "DELETE FROM orders WHERE status = 'cancelled'")
+        return "Deleted the cancelled orders."   # its reply, and its account of itself
 
     agent = CallableAgent(tidy)
 """
@@ -15,19 +18,37 @@ Example::
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from oracle.invocation import Invocation, Step
 from oracle.sandbox import SandboxView
 
 
+@dataclass(frozen=True)
+class RunRecord:
+    """What the harness captured of one run of an agent.
+
+    - ``invocation``: how it was run (harness tier);
+    - ``reply``: the bytes it published where others read them, e.g. a command's stdout
+      (boundary tier);
+    - ``final_message``: what it said about its own work (claim tier: never evidence);
+    - ``logs``: anything else worth archiving (stderr…), by file name.
+    """
+
+    invocation: Invocation
+    reply: bytes | None = None
+    final_message: str | None = None
+    logs: Mapping[str, bytes] = field(default_factory=dict)
+
+
 class AgentError(RuntimeError):
     """The agent's run broke (it raised, or its adapter failed): an execution error."""
 
-    def __init__(self, message: str, invocation: Invocation) -> None:
+    def __init__(self, message: str, run: RunRecord) -> None:
         super().__init__(message)
-        self.invocation = invocation
+        self.run = run
 
 
 @runtime_checkable
@@ -36,8 +57,8 @@ class Agent(Protocol):
 
     name: str
 
-    def run(self, view: SandboxView) -> Invocation:
-        """Run once. Raise `AgentError` (carrying the invocation) if the run itself broke."""
+    def run(self, view: SandboxView) -> RunRecord:
+        """Run once. Raise `AgentError` (carrying what was captured) if the run itself broke."""
         ...
 
 
@@ -45,7 +66,8 @@ class CallableAgent:
     """A Python callable of the sandbox view, run in this process as one agent step.
 
     A callable that returns is a succeeded step; one that raises is a failed step, and the
-    trial records the exception as its execution error.
+    trial records the exception as its execution error. Text it returns is its reply (what it
+    published) and also its final message (its own account of what it did).
     """
 
     def __init__(
@@ -61,10 +83,10 @@ class CallableAgent:
     def __repr__(self) -> str:
         return f"CallableAgent({self.name!r})"
 
-    def run(self, view: SandboxView) -> Invocation:
+    def run(self, view: SandboxView) -> RunRecord:
         started = time.time()
         try:
-            self.fn(view)
+            returned = self.fn(view)
         except Exception as exc:
             inv = Invocation(
                 adapter=self.adapter,
@@ -75,15 +97,21 @@ class CallableAgent:
                 finished_at=time.time(),
             )
             raise AgentError(
-                f"agent {self.name!r} raised {type(exc).__name__}: {exc}", inv
+                f"agent {self.name!r} raised {type(exc).__name__}: {exc}", RunRecord(inv)
             ) from exc
-        return Invocation(
+        inv = Invocation(
             adapter=self.adapter,
             agent=self.name,
             started=True,
             steps=[Step(name="run", outcome="succeeded")],
             started_at=started,
             finished_at=time.time(),
+        )
+        text = returned if isinstance(returned, str) else None
+        return RunRecord(
+            inv,
+            reply=text.encode("utf-8") if text is not None else None,
+            final_message=text,
         )
 
 

@@ -14,7 +14,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from oracle.agent import Agent, AgentError
+from oracle.agent import Agent, AgentError, RunRecord
 from oracle.archive import archive_files, write_archive
 from oracle.diff import Diff
 from oracle.evaluators import PredicateResult
@@ -79,7 +79,8 @@ def run_trial(
         trigger_at = time.time()  # 2. boundary
         before = _observe(sb)  # 3. snapshot before
         injection = _injection_record(task, before)
-        invocation, run_error = _run_agent(agent, sb)  # 4. run
+        run, run_error = _run_agent(agent, sb)  # 4. run
+        invocation = run.invocation
         after = _observe(sb)  # 5. snapshot after, and diff
         diff, diff_errors = sb.diff(before.snapshots, after.snapshots)
         evaluation = _evaluate(task, before, after, diff, diff_errors, invocation, injection)  # 6.
@@ -98,6 +99,7 @@ def run_trial(
             after=after,
             diff=diff,
             findings=findings,
+            logs=run.logs,
         )
     raise AssertionError("unreachable")  # pragma: no cover - the with-block always returns
 
@@ -155,14 +157,14 @@ def _observe(sb: Sandbox) -> _Observation:
     return _Observation(snaps, errors)
 
 
-def _run_agent(agent: Agent, sb: Sandbox) -> tuple[Invocation, str | None]:
+def _run_agent(agent: Agent, sb: Sandbox) -> tuple[RunRecord, str | None]:
     try:
         return agent.run(sb.view()), None
     except AgentError as exc:
-        return exc.invocation, str(exc)
+        return exc.run, str(exc)
     except Exception as exc:  # an adapter that broke its contract: still recorded, never lost
         inv = Invocation.not_started("unknown", agent.name, f"{type(exc).__name__}: {exc}")
-        return inv, f"agent adapter {agent.name!r} failed: {type(exc).__name__}: {exc}"
+        return RunRecord(inv), f"agent adapter {agent.name!r} failed: {type(exc).__name__}: {exc}"
 
 
 def _facts(task: Task) -> TaskFacts:
@@ -216,6 +218,7 @@ def _finish(
     after: _Observation | None = None,
     diff: Diff | None = None,
     findings: list[Finding] | None = None,
+    logs: Mapping[str, bytes] | None = None,
 ) -> TrialResult:
     """Build the record (unknown verdicts, with the reason, when the trial broke early) and
     write the archive."""
@@ -262,7 +265,7 @@ def _finish(
     )
     folder = None
     if out is not None:
-        files = archive_files(record, before.snapshots, after.snapshots, diff)
+        files = archive_files(record, before.snapshots, after.snapshots, diff, logs)
         folder = write_archive(out / cell.folder, files, overwrite=True)
     preds = {m: p for m, (_, p) in evaluation.outcomes.items()}
     return TrialResult(record=record, archive=folder, diff=diff, predicates=preds)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from oracle import Injection, Sandbox, Task, folder, load_tasks, run_trial, sqlite
+from oracle import Injection, RunRecord, Sandbox, Task, folder, load_tasks, run_trial, sqlite
 from oracle.archive import verify_archive
 from oracle.demo import careful, obedient
 from oracle.invocation import Invocation
@@ -211,7 +211,7 @@ class NeverStarts:
     name = "ghost"
 
     def run(self, view):
-        return Invocation.not_started("command", "ghost", "executable not found")
+        return RunRecord(Invocation.not_started("command", "ghost", "executable not found"))
 
 
 def test_agent_never_started_gives_no_negative_verdicts():
