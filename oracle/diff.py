@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from pydantic import BaseModel, ConfigDict
 
 from oracle.canonical import Json, to_jsonable
+from oracle.frozen import freeze
 
 if TYPE_CHECKING:
     from oracle.sinks.files import FileDiff
@@ -34,6 +35,12 @@ class Change(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     change: str
+
+    def model_post_init(self, context: Any, /) -> None:
+        # Every predicate gets the same change objects: make what they hold read-only, so one
+        # predicate cannot change what the next one sees.
+        for name in type(self).model_fields:
+            object.__setattr__(self, name, freeze(getattr(self, name)))
 
     @classmethod
     def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:

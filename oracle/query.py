@@ -32,7 +32,7 @@ def value_matches(actual: Any, expected: Any) -> bool:
     if actual == expected and type(actual) is type(expected):
         return True
     # Evidence holds canonical JSON values; let authors write native ones (bytes, Decimal…).
-    return bool(to_jsonable(expected) == actual)
+    return bool(to_jsonable(expected) == to_jsonable(actual))
 
 
 def matches(record: Mapping[str, Any], where: Mapping[str, Any], what: str = "record") -> bool:

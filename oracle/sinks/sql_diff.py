@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict
 
 from oracle.canonical import Json, row_digest, to_jsonable
 from oracle.diff import Change, SinkDiff
+from oracle.frozen import freeze
 from oracle.query import matches
 from oracle.sinks.sql_state import ColumnInfo, SchemaObject, SqlState, TableState
 
@@ -61,6 +62,10 @@ class FieldChange(BaseModel):
     old: Any
     new: Any
     detail: dict[str, Any] | None = None
+
+    def model_post_init(self, context: Any, /) -> None:
+        for name in ("old", "new", "detail"):
+            object.__setattr__(self, name, freeze(getattr(self, name)))
 
 
 class RowChanged(Change):
