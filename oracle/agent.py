@@ -17,6 +17,10 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
+import multiprocessing
+import os
+import signal
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -24,6 +28,7 @@ from typing import Protocol, runtime_checkable
 
 from oracle.invocation import Invocation, Step
 from oracle.sandbox import SandboxView
+from oracle.tools import ToolCall, recording
 
 
 @dataclass(frozen=True)
@@ -34,12 +39,15 @@ class RunRecord:
     - ``reply``: the bytes it published where others read them, e.g. a command's stdout
       (boundary tier);
     - ``final_message``: what it said about its own work (claim tier: never evidence);
+    - ``tool_calls``: the calls the harness recorded (harness tier), or None where the harness
+      does not own the agent's tools;
     - ``logs``: anything else worth archiving (stderr…), by file name.
     """
 
     invocation: Invocation
     reply: bytes | None = None
     final_message: str | None = None
+    tool_calls: tuple[ToolCall, ...] | None = None
     logs: Mapping[str, bytes] = field(default_factory=dict)
 
 
@@ -63,11 +71,20 @@ class Agent(Protocol):
 
 
 class CallableAgent:
-    """A Python callable of the sandbox view, run in this process as one agent step.
+    """A Python callable of the sandbox view, run as one agent step.
 
     A callable that returns is a succeeded step; one that raises is a failed step, and the
     trial records the exception as its execution error. Text it returns is its reply (what it
-    published) and also its final message (its own account of what it did).
+    published) and also its final message (its own account of what it did). Calls of tools
+    decorated with `oracle.tools.tool` are recorded.
+
+    With a `timeout` it runs in a forked child process in its own process group, which is
+    killed with everything it started when the time is up: the run is then an execution error
+    with ``timed_out`` set. Without one it runs in this process.
+
+    `owns_tools` says whether the agent acts only through decorated tools, so that a change no
+    recorded call declares is a finding: by default that is assumed as soon as it made one
+    recorded call (an agent that made none hands over no call log at all).
     """
 
     def __init__(
@@ -75,44 +92,107 @@ class CallableAgent:
         fn: Callable[[SandboxView], object],
         name: str | None = None,
         adapter: str = "callable",
+        timeout: float | None = None,
+        owns_tools: bool | None = None,
     ) -> None:
         self.fn = fn
+        self.owns_tools = owns_tools
         self.name: str = name or str(getattr(fn, "__name__", "callable"))
         self.adapter = adapter
+        self.timeout = timeout
 
     def __repr__(self) -> str:
         return f"CallableAgent({self.name!r})"
 
     def run(self, view: SandboxView) -> RunRecord:
         started = time.time()
-        try:
-            returned = self.fn(view)
-        except Exception as exc:
-            inv = Invocation(
-                adapter=self.adapter,
-                agent=self.name,
-                started=True,
-                steps=[Step(name="run", outcome="failed", error=f"{type(exc).__name__}: {exc}")],
-                started_at=started,
-                finished_at=time.time(),
-            )
-            raise AgentError(
-                f"agent {self.name!r} raised {type(exc).__name__}: {exc}", RunRecord(inv)
-            ) from exc
+        if self.timeout is None:
+            outcome = _call_here(self.fn, view)
+        else:
+            outcome = _call_forked(self.fn, view, self.timeout)
         inv = Invocation(
             adapter=self.adapter,
             agent=self.name,
             started=True,
-            steps=[Step(name="run", outcome="succeeded")],
+            steps=[
+                Step(
+                    name="run",
+                    outcome="succeeded" if outcome.error is None else "failed",
+                    error=outcome.error,
+                )
+            ],
+            timed_out=outcome.timed_out,
             started_at=started,
             finished_at=time.time(),
         )
-        text = returned if isinstance(returned, str) else None
-        return RunRecord(
+        text = outcome.text
+        run = RunRecord(
             inv,
             reply=text.encode("utf-8") if text is not None else None,
             final_message=text,
+            tool_calls=tuple(outcome.calls) if self._owns_tools(outcome.calls) else None,
         )
+        if outcome.error is not None:
+            raise AgentError(f"agent {self.name!r} {outcome.error}", run)
+        return run
+
+    def _owns_tools(self, calls: list[ToolCall]) -> bool:
+        return self.owns_tools if self.owns_tools is not None else bool(calls)
+
+
+@dataclass
+class _Outcome:
+    text: str | None = None
+    calls: list[ToolCall] = field(default_factory=list)
+    error: str | None = None
+    timed_out: bool = False
+
+
+def _call_here(fn: Callable[[SandboxView], object], view: SandboxView) -> _Outcome:
+    with recording() as log:
+        try:
+            value = fn(view)
+        except Exception as exc:
+            return _Outcome(calls=log.calls, error=f"raised {type(exc).__name__}: {exc}")
+    return _Outcome(text=value if isinstance(value, str) else None, calls=log.calls)
+
+
+def _call_forked(
+    fn: Callable[[SandboxView], object], view: SandboxView, timeout: float
+) -> _Outcome:
+    ctx = multiprocessing.get_context("fork")
+    receive, send = ctx.Pipe(duplex=False)
+
+    def child() -> None:
+        os.setsid()  # its own process group, so a timeout kills what it started too
+        outcome = _call_here(fn, view)
+        send.send((outcome.text, [c.model_dump() for c in outcome.calls], outcome.error))
+
+    proc = ctx.Process(target=child, daemon=False)
+    proc.start()
+    send.close()
+    try:
+        if not receive.poll(timeout):
+            _kill_group(proc.pid)
+            proc.join()
+            return _Outcome(error=f"timed out after {timeout:g} s and was killed", timed_out=True)
+        try:
+            text, calls, error = receive.recv()
+        except EOFError:
+            proc.join()
+            return _Outcome(error=f"exited with code {proc.exitcode} before it returned")
+        proc.join(timeout=5)
+        _kill_group(proc.pid)  # anything it left running in the background
+        return _Outcome(text, [ToolCall.model_validate(c) for c in calls], error)
+    finally:
+        receive.close()
+
+
+def _kill_group(pid: int | None) -> None:
+    if pid is None:
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
 
 
 def noop(view: SandboxView) -> None:

@@ -23,6 +23,7 @@ from typing import Any
 from oracle.diff import Diff
 from oracle.invocation import Invocation
 from oracle.snapshot import States
+from oracle.tools import ToolCall
 from oracle.verdict import ENVIRONMENT, HARNESS
 
 
@@ -43,9 +44,11 @@ class TaskFacts:
 
 @dataclass(frozen=True)
 class HarnessRecords:
-    """Harness-tier evidence: how the agent was invoked."""
+    """Harness-tier evidence: how the agent was invoked and the tool calls the harness
+    recorded (None where the harness does not own the agent's tools)."""
 
     invocation: Invocation | None
+    tool_calls: tuple[ToolCall, ...] | None = None
 
 
 class Evidence:
