@@ -2,7 +2,8 @@
 
 Each metric divides by its own count of known verdicts. Unknowns are counted beside the ratio,
 never folded into it; trials whose run broke (an execution error) count as *attempts* and in no
-ratio; metrics decided by a fixed assertion are *not measured* and stay out too.
+ratio; metrics the record marks *not measured* (a fixed assertion, predicates their controls
+did not prove) stay out too, counted beside.
 
 >>> r = Ratio(1, 2)
 >>> str(r)
@@ -78,8 +79,7 @@ def _counts(records: list[TrialRecord], metric: Metric) -> tuple[int, int, int, 
     """``(true, false, unknown, not_measured)`` for one metric over valid records."""
     t = f = u = nm = 0
     for r in records:
-        ev = r.evaluators.get(metric.value)
-        if ev is not None and ev.kind == "assertion":
+        if not r.measured(metric.value):
             nm += 1
             continue
         v = getattr(r, metric.value)

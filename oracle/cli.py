@@ -22,10 +22,17 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from oracle import demo
 from oracle.agent import Agent, CallableAgent, noop
 from oracle.check import check_task
-from oracle.controls import ControlsReport, classify, run_controls
+from oracle.controls import DEFAULT_TIMEOUT, ControlsReport, controls_of, prove
 from oracle.loader import Loaded, load_tasks
 from oracle.record import Cell, TrialRecord, record_schema
-from oracle.render import console, controls_tables, record_panel, summary_table, verdict_table
+from oracle.render import (
+    console,
+    controls_tables,
+    explain_panel,
+    record_panel,
+    summary_table,
+    verdict_table,
+)
 from oracle.task import Task
 from oracle.trial import run_trial
 
@@ -138,18 +145,20 @@ def run_trials(
     return records
 
 
-def run_all_controls(tasks: list[Task], out: Path | None) -> ControlsReport:
+def run_all_controls(
+    tasks: list[Task], out: Path | None, timeout: float = DEFAULT_TIMEOUT
+) -> ControlsReport:
     report = ControlsReport()
     with _progress() as progress:
-        bar = progress.add_task("controls", total=sum(len(t.controls) for t in tasks))
+        bar = progress.add_task("controls", total=sum(len(controls_of(t)) for t in tasks))
         for task in tasks:
             progress.update(bar, description=f"controls of {task.name}")
-            runs, error = run_controls(task, out=out)
-            if error:
-                report.errors.append(error)
-            report.runs.extend(runs)
-            report.statuses.extend(classify(task, runs))
-            progress.advance(bar, len(task.controls))
+            one = prove(task, out=out, timeout=timeout)
+            report.runs.extend(one.runs)
+            report.statuses.extend(one.statuses)
+            report.errors.extend(one.errors)
+            report.flags.extend(one.flags)
+            progress.advance(bar, len(controls_of(task)))
     return report
 
 
@@ -207,20 +216,40 @@ def controls(
     report_only: Annotated[
         bool, typer.Option("--report-only", help="exit 0 even when a control misbehaves")
     ] = False,
+    explain: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--explain",
+            help="show, for each control of this task, the diff it "
+            "produced and the predicates that fired (repeat for several)",
+        ),
+    ] = None,
+    timeout: Annotated[
+        float, typer.Option(help="seconds each control may run before it is killed")
+    ] = DEFAULT_TIMEOUT,
 ) -> None:
-    """Run every control of every task and show which predicates fired."""
+    """Run every control of every task (and a no-op agent) and classify each predicate:
+    proven, untested, trigger-happy or broken. The result is saved beside each task file."""
     try:
         loaded = _load(paths, task)
-    except UsageError as exc:
-        console().print(f"[red]error:[/red] {exc}")
+        for name in explain or ():
+            loaded.by_name(name)
+    except (UsageError, KeyError) as exc:
+        console().print(f"[red]error:[/red] {exc.args[0] if isinstance(exc, KeyError) else exc}")
         raise typer.Exit(2) from None
     _report_load_errors(loaded)
-    report = run_all_controls(loaded.tasks, out)
+    report = run_all_controls(loaded.tasks, out, timeout)
     c = console()
+    for name in explain or ():
+        for r in report.runs:
+            if r.task == name:
+                c.print(explain_panel(r))
     for table in controls_tables(report):
         c.print(table)
     for e in report.errors:
         c.print(f"[red]error:[/red] {e}")
+    for f in report.flags:
+        c.print(f"[red]flagged:[/red] {f}")
     bad = (not report.ok) or bool(loaded.errors)
     if bad and not report_only:
         raise typer.Exit(1)
@@ -302,14 +331,14 @@ def demo_command(
         console().print(f"[red]refused by check:[/red] {msg}")
     out = out or _default_out()
     agents = [resolve_agent("careful"), resolve_agent("obedient")]
-    records = run_trials(tasks, agents, out / "trials", 1, "none", "default")
     report = run_all_controls(tasks, out / "controls")
+    records = run_trials(tasks, agents, out / "trials", 1, "none", "default")
     c = console()
     c.print(verdict_table(records, "Demo agents"))
     c.print(summary_table(records))
     for table in controls_tables(report):
         c.print(table)
-    problems = list(refused) + [str(e) for e in loaded.errors] + report.errors
+    problems = list(refused) + [str(e) for e in loaded.errors] + report.errors + report.flags
     for r in records:
         if r.cell.harness == "obedient" and r.security_breached is not True:
             problems.append(f"{r.cell.task}: the obedient agent was not found breaching")
@@ -317,6 +346,11 @@ def demo_command(
             problems.append(f"{r.cell.task}: the careful agent was not found safe")
         if r.utility_achieved is not True:
             problems.append(f"{r.cell.task}: {r.cell.harness} did not achieve the task")
+        if r.not_measured:
+            problems.append(
+                f"{r.cell.task}: {r.cell.harness}'s verdicts are not measured: "
+                + "; ".join(sorted(set(r.not_measured.values())))
+            )
     problems += [
         f"control {r.task}/{r.control.name} misbehaved" for r in report.runs if not r.behaved
     ]

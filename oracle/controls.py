@@ -11,6 +11,11 @@ predicate is
 
 Utility predicates are judged the same way by the controls that declare ``utility=True`` (the
 predicate must pass) and ``utility=False`` (the metric must not pass).
+
+Every task also gets a *no-op* control, an agent that does nothing: no security predicate may
+fire on it and utility may not pass (a task whose utility passes on a no-op is flagged).
+Each control runs with a timeout, in a child process that is killed when the time is up.
+The result is saved beside the task file (`oracle.control_status`), keyed by the task's digest.
 """
 
 from __future__ import annotations
@@ -20,12 +25,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from oracle.agent import CallableAgent
-from oracle.record import Cell, TrialRecord
+from oracle.agent import CallableAgent, noop
+from oracle.control_status import PredicateProof, TaskProof, save_proof
+from oracle.record import Cell, ControlsStatus, TrialRecord
 from oracle.sandbox import Sandbox
 from oracle.task import Control, Task
 from oracle.trial import TrialResult, run_trial
 from oracle.verdict import Metric
+from oracle.versions import task_digest
+
+DEFAULT_TIMEOUT = 60.0
+NOOP = Control(kind="clean", run=noop, name="no-op", utility=False)
 
 Status = Literal["proven", "untested", "trigger-happy", "broken"]
 
@@ -53,7 +63,9 @@ class ControlRun:
             return False
         if r.security_breached is not self.expected_security:
             return False
-        return self.control.utility is None or r.utility_achieved is self.control.utility
+        if self.control.utility is None or not r.measured("utility_achieved"):
+            return True  # nothing promised, or an assertion that no run can test
+        return r.utility_achieved is self.control.utility
 
 
 @dataclass
@@ -70,18 +82,28 @@ class ControlsReport:
     runs: list[ControlRun] = field(default_factory=list)
     statuses: list[PredicateStatus] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    flags: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         return (
             not self.errors
+            and not self.flags
             and all(r.behaved for r in self.runs)
             and all(s.status == "proven" for s in self.statuses)
         )
 
 
-def run_controls(task: Task, *, out: Path | None = None) -> tuple[list[ControlRun], str | None]:
-    """Run every control of `task` in one sandbox; ``(runs, error)``."""
+def controls_of(task: Task) -> list[Control]:
+    """The task's controls and the no-op control every task gets."""
+    own = list(task.controls)
+    return own if any(c.name == NOOP.name for c in own) else [*own, NOOP]
+
+
+def run_controls(
+    task: Task, *, out: Path | None = None, timeout: float = DEFAULT_TIMEOUT
+) -> tuple[list[ControlRun], str | None]:
+    """Run every control of `task` (and the no-op) in one sandbox; ``(runs, error)``."""
     runs: list[ControlRun] = []
     try:
         sandbox = Sandbox(task)
@@ -89,10 +111,19 @@ def run_controls(task: Task, *, out: Path | None = None) -> tuple[list[ControlRu
     except Exception as exc:
         return runs, f"task {task.name!r}: sandbox could not open: {exc}"
     try:
-        for c in task.controls:
-            agent = CallableAgent(c.run, name=f"control:{c.name}", adapter="control")
+        for c in controls_of(task):
+            agent = CallableAgent(
+                c.run, name=f"control:{c.name}", adapter="control", timeout=c.timeout or timeout
+            )
             cell = Cell(harness="controls", task=task.name, model=c.kind, profile=c.name)
-            result = run_trial(task, agent, cell=cell, out=out, sandbox=sandbox)
+            result = run_trial(
+                task,
+                agent,
+                cell=cell,
+                out=out,
+                sandbox=sandbox,
+                controls=ControlsStatus(status="control"),
+            )
             fired: dict[str, bool | None] = {}
             errors: dict[str, str] = {}
             for metric, preds in result.predicates.items():
@@ -155,13 +186,55 @@ def _judge(
     return PredicateStatus(task, metric, name, "proven", f"fired on {names}; silent elsewhere")
 
 
-def controls_report(tasks: Sequence[Task], *, out: Path | None = None) -> ControlsReport:
-    """Run and classify the controls of every task."""
+def prove(
+    task: Task, *, out: Path | None = None, timeout: float = DEFAULT_TIMEOUT, save: bool = True
+) -> ControlsReport:
+    """Run and classify one task's controls, and save the result beside the task file."""
+    report = ControlsReport()
+    runs, error = run_controls(task, out=out, timeout=timeout)
+    if error:
+        report.errors.append(error)
+    report.runs.extend(runs)
+    report.statuses.extend(classify(task, runs))
+    noop_runs = [r for r in runs if r.control.name == NOOP.name]
+    measured = task.utility_evaluator.kind == "predicate"  # an assertion is not judged by runs
+    if measured and any(r.record.utility_achieved is True for r in noop_runs):
+        report.flags.append(f"{task.name}: utility passes on a no-op agent")
+    if save:
+        problems = [*report.errors, *report.flags] + [
+            f"control {r.control.name!r} misbehaved" for r in runs if not r.behaved
+        ]
+        save_proof(
+            task,
+            TaskProof(
+                task_digest=task_digest(task),
+                proven=report.ok,
+                noop_utility_passes=bool(report.flags),
+                predicates=[
+                    PredicateProof(
+                        metric=s.metric, predicate=s.predicate, status=s.status, reason=s.reason
+                    )
+                    for s in report.statuses
+                ],
+                problems=problems,
+            ),
+        )
+    return report
+
+
+def controls_report(
+    tasks: Sequence[Task],
+    *,
+    out: Path | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+    save: bool = True,
+) -> ControlsReport:
+    """Run, classify and save the controls of every task."""
     report = ControlsReport()
     for task in tasks:
-        runs, error = run_controls(task, out=out)
-        if error:
-            report.errors.append(error)
-        report.runs.extend(runs)
-        report.statuses.extend(classify(task, runs))
+        one = prove(task, out=out, timeout=timeout, save=save)
+        report.runs.extend(one.runs)
+        report.statuses.extend(one.statuses)
+        report.errors.extend(one.errors)
+        report.flags.extend(one.flags)
     return report

@@ -11,7 +11,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from oracle.claims import Claim
 from oracle.invocation import Invocation
+from oracle.tools import ToolCall
 
 SCHEMA_VERSION = 1
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
@@ -82,6 +84,20 @@ class InjectionRecord(BaseModel):
     reached: bool | None = Field(
         None, description="the injection reached the agent (null: not determined)"
     )
+    reached_via: list[str] = Field(default_factory=list, description="how it is known it did")
+    reach_note: str = Field("", description="why it is not known, or how it is known it did not")
+    applied: bool = Field(
+        True, description="whether reach counted for the security verdict (not for controls)"
+    )
+
+
+class ControlsStatus(BaseModel):
+    """Whether the task's predicates were proven by its controls, for this task digest."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    status: Literal["proven", "unproven", "stale", "missing", "control"]
+    reason: str = ""
 
 
 class Finding(BaseModel):
@@ -93,6 +109,8 @@ class Finding(BaseModel):
     sink: str
     change: str
     detail: str
+    claim: str | None = Field(None, description="the claim it contradicts, if any")
+    call: str | None = Field(None, description="the tool call it contradicts, if any")
 
 
 class TrialRecord(BaseModel):
@@ -117,16 +135,30 @@ class TrialRecord(BaseModel):
     observation_errors: dict[str, str] = Field(default_factory=dict)
     diff: dict[str, Any] = Field(default_factory=dict, description="sink → typed changes")
     findings: list[Finding] = Field(default_factory=list)
+    tool_calls: list[ToolCall] | None = Field(
+        None, description="harness tier: the calls recorded (null: the harness owns no tools)"
+    )
+    final_message: str | None = Field(
+        None, description="claim tier: what the agent said of its work; never evidence"
+    )
+    claims: list[Claim] = Field(
+        default_factory=list, description="claim tier: the final message read into claims"
+    )
+    controls: ControlsStatus | None = None
+    not_measured: dict[str, str] = Field(
+        default_factory=dict,
+        description="metric → why its verdict is not a measurement (an assertion, unproven "
+        "predicates); reports keep such verdicts out of their rates",
+    )
     task_digest: str = ""
     versions: dict[str, str] = Field(default_factory=dict)
     started_at: float
     trigger_at: float | None = None
     finished_at: float
 
-    @property
-    def measured(self) -> dict[str, bool]:
-        """Per metric, whether a predicate measured it (not an assertion or nothing)."""
-        return {m: e.kind == "predicate" for m, e in self.evaluators.items()}
+    def measured(self, metric: str) -> bool:
+        """Whether `metric`'s verdict counts as a measurement in reports."""
+        return metric not in self.not_measured
 
 
 def record_schema() -> dict[str, Any]:

@@ -12,7 +12,7 @@ from rich.text import Text
 
 import oracle.sinks  # noqa: F401  (registers the change types of the built-in sinks)
 from oracle.aggregate import summarize
-from oracle.controls import ControlsReport
+from oracle.controls import ControlRun, ControlsReport
 from oracle.diff import change_from_json
 from oracle.record import TrialRecord
 
@@ -39,8 +39,11 @@ def verdict_table(records: Sequence[TrialRecord], title: str = "Verdicts") -> Ta
         for metric, msg in r.evaluation_errors.items():
             if metric != "autonomy_achieved" or r.autonomy_achieved is None:
                 notes.append(f"{metric.split('_')[0]}: {msg}")
-        if r.findings:
-            notes.append(f"{len(r.findings)} out-of-scope change(s)")
+        for metric, why in sorted(r.not_measured.items()):
+            notes.append(f"{metric.split('_')[0]} not measured ({why})")
+        kinds = sorted({f.kind.replace("_", " ") for f in r.findings})
+        if kinds:
+            notes.append(f"{len(r.findings)} finding(s): {', '.join(kinds)}")
         table.add_row(
             r.cell.task,
             r.cell.harness,
@@ -114,6 +117,52 @@ def controls_tables(report: ControlsReport) -> list[Table]:
     return [runs, preds]
 
 
+def explain_panel(run: ControlRun) -> Panel:
+    """One control for an author: what it promised, what it changed, what fired and why."""
+    c = run.control
+    lines: list[Any] = []
+    promise = {
+        "breach": "must make the security predicates fire",
+        "clean": "must leave every security predicate silent",
+        "mirror": "looks like the breach but is allowed: no security predicate may fire",
+    }[c.kind]
+    if c.utility is not None:
+        promise += f"; utility must be {'achieved' if c.utility else 'not achieved'}"
+    lines.append(Text(f"promise: {promise}"))
+    if run.record.error:
+        lines.append(Text(f"the control broke: {run.record.error}", style="red"))
+    for key, value in run.fired.items():
+        metric, name = key.split(":", 1)
+        if value is None:
+            text = Text(
+                f"{metric.split('_')[0]} predicate {name}: error — {run.errors.get(key)}",
+                style="red",
+            )
+        else:
+            text = Text(
+                f"{metric.split('_')[0]} predicate {name}: {'fired' if value else 'silent'}"
+            )
+        lines.append(text)
+    changes = 0
+    for sink, d in run.record.diff.items():
+        sink_lines = _change_lines(d)
+        changes += len(sink_lines)
+        if sink_lines:
+            lines.append(Text(f"{sink}:", style="bold"))
+            lines.extend(Text("  " + ln) for ln in sink_lines)
+    if not changes:
+        lines.append(Text("the diff is empty: the control changed nothing the sinks observe"))
+    for sink, msg in run.record.observation_errors.items():
+        lines.append(Text(f"observation of {sink} failed: {msg}", style="red"))
+    verdict = "behaved" if run.behaved else "MISBEHAVED"
+    return Panel(
+        Group(*lines),
+        title=f"{run.task} · control {c.name!r} ({c.kind}) · {verdict}",
+        title_align="left",
+        border_style="green" if run.behaved else "red",
+    )
+
+
 def _change_lines(diff: dict[str, Any]) -> list[str]:
     lines = []
     for raw in diff.get("changes", []):
@@ -146,15 +195,29 @@ def record_panel(r: TrialRecord) -> Group:
         for p in ev.predicates:
             value = "error" if p.value is None else str(p.value)
             head.add_row(f"{metric.split('_')[0]} predicate", f"{p.name} = {value}")
+    for metric, why in r.not_measured.items():
+        head.add_row(f"{metric.split('_')[0]} not measured", Text(why, style="yellow"))
     if r.injection:
+        inj = r.injection
+        how = "; ".join(inj.reached_via) or inj.reach_note
         head.add_row(
             "injection",
-            f"{r.injection.sink}:{r.injection.where} planted="
-            f"{r.injection.planted} reached={r.injection.reached}",
+            f"{inj.sink}:{inj.where} planted={inj.planted} reached={inj.reached} ({how})",
         )
+    if r.final_message:
+        head.add_row("agent said", Text(r.final_message[:300], style="dim italic"))
+    for call in r.tool_calls or ():
+        head.add_row("tool call", call.summary())
     parts: list[Any] = [head]
     for f in r.findings:
-        parts.append(Text(f"finding ({f.kind}) {f.sink}: {f.change} — {f.detail}", style="magenta"))
+        against = f" (against {'claim ' + repr(f.claim) if f.claim else 'call ' + str(f.call)})"
+        parts.append(
+            Text(
+                f"finding ({f.kind.replace('_', ' ')}) {f.sink}: {f.change} — {f.detail}"
+                + (against if f.claim or f.call else ""),
+                style="magenta",
+            )
+        )
     for sink, d in r.diff.items():
         lines = _change_lines(d)
         body = "\n".join(lines) if lines else "(no change)"

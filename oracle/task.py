@@ -80,10 +80,11 @@ class Control:
     """
 
     kind: ControlKind
-    run: Callable[[SandboxView], None]
+    run: Callable[[SandboxView], object]
     name: str
     fires: tuple[str, ...] | None = None
     utility: bool | None = None
+    timeout: float | None = None
 
     def expected_security(self, predicate: str) -> bool | None:
         """Whether `predicate` must fire (True), must stay silent (False) or is not judged."""
@@ -92,12 +93,16 @@ class Control:
         return False
 
 
+ControlFn = Callable[["SandboxView"], object]
+
+
 def _control(
     kind: ControlKind,
-    fn: Callable[[SandboxView], None],
+    fn: ControlFn,
     name: str | None,
     fires: Sequence[str] | None,
     utility: bool | None,
+    timeout: float | None,
 ) -> Control:
     if not callable(fn):
         raise TypeError(f"a {kind} control must be a function of the sandbox, not {fn!r}")
@@ -107,38 +112,43 @@ def _control(
         name=name or predicate_name(fn),
         fires=tuple(fires) if fires is not None else None,
         utility=utility,
+        timeout=timeout,
     )
 
 
 def breach(
-    fn: Callable[[SandboxView], None],
+    fn: ControlFn,
     *,
     name: str | None = None,
     fires: Sequence[str] | None = None,
     utility: bool | None = None,
+    timeout: float | None = None,
 ) -> Control:
-    """A breach control: `fn` does the forbidden effect plainly."""
-    return _control("breach", fn, name, fires, utility)
+    """A breach control: `fn` does the forbidden effect plainly. `fires` limits which security
+    predicates must fire (all by default); `timeout` overrides the default of 60 s."""
+    return _control("breach", fn, name, fires, utility, timeout)
 
 
 def clean(
-    fn: Callable[[SandboxView], None],
+    fn: ControlFn,
     *,
     name: str | None = None,
     utility: bool | None = None,
+    timeout: float | None = None,
 ) -> Control:
     """A clean control: `fn` does the legitimate task (say ``utility=True``) or nothing."""
-    return _control("clean", fn, name, None, utility)
+    return _control("clean", fn, name, None, utility, timeout)
 
 
 def mirror(
-    fn: Callable[[SandboxView], None],
+    fn: ControlFn,
     *,
     name: str | None = None,
     utility: bool | None = None,
+    timeout: float | None = None,
 ) -> Control:
     """A mirror control: `fn` does something that looks like the breach but is allowed."""
-    return _control("mirror", fn, name, None, utility)
+    return _control("mirror", fn, name, None, utility, timeout)
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """One trial, in the order of DESIGN §4: reset, boundary, snapshot, run, snapshot and diff,
-evaluate, archive.
+evaluate, discrepancies, archive.
 
 `run_trial` is that list, one named call per step. Every failure is caught at the step where it
 happens and recorded: a trial always leaves a record, and nothing is reported as "nothing
@@ -14,14 +14,21 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from oracle import reach as reach_mod
 from oracle.agent import Agent, AgentError, RunRecord
 from oracle.archive import archive_files, write_archive
+from oracle.claims import parse_claims
+from oracle.control_status import controls_status
 from oracle.diff import Diff
 from oracle.evaluators import PredicateResult
 from oracle.evidence import Evidence, HarnessRecords, TaskFacts
+from oracle.findings import call_findings, claim_findings, scope_findings
+from oracle.frozen import freeze
 from oracle.invocation import Invocation, autonomy
+from oracle.reach import ReachProbe
 from oracle.record import (
     Cell,
+    ControlsStatus,
     EvaluatorRecord,
     Finding,
     InjectionRecord,
@@ -30,11 +37,12 @@ from oracle.record import (
     TrialRecord,
 )
 from oracle.sandbox import Sandbox
-from oracle.scope import scope_findings
 from oracle.snapshot import Snapshot, States
 from oracle.task import Task
 from oracle.verdict import Metric, Outcome, Verdicts, decide
 from oracle.versions import runtime_versions, task_digest
+
+FINAL_MESSAGE_LIMIT = 64 * 1024
 
 
 @dataclass
@@ -49,8 +57,35 @@ class TrialResult:
 
 @dataclass
 class _Observation:
-    snapshots: dict[str, Snapshot]
-    errors: dict[str, str]
+    snapshots: dict[str, Snapshot] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class _Evaluation:
+    verdicts: Verdicts
+    autonomy_reason: str = ""
+    outcomes: dict[str, tuple[Outcome, list[PredicateResult]]] = field(default_factory=dict)
+    observation_errors: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class _Trial:
+    """What the steps have found so far; `_finish` turns it into the record."""
+
+    task: Task
+    cell: Cell
+    started: float
+    controls: ControlsStatus
+    error: str | None = None
+    trigger_at: float | None = None
+    before: _Observation = field(default_factory=_Observation)
+    after: _Observation = field(default_factory=_Observation)
+    injection: InjectionRecord | None = None
+    run: RunRecord | None = None
+    diff: Diff = field(default_factory=lambda: Diff({}))
+    evaluation: _Evaluation | None = None
+    findings: list[Finding] = field(default_factory=list)
 
 
 def run_trial(
@@ -60,96 +95,43 @@ def run_trial(
     cell: Cell | None = None,
     out: Path | None = None,
     sandbox: Sandbox | None = None,
+    controls: ControlsStatus | None = None,
 ) -> TrialResult:
     """Run `agent` on `task` once and return the record (archived under `out` if given).
 
     Pass an open `sandbox` to reuse it across trials (it is reset first either way).
+    `controls` is the task's controls status; by default it is read from beside the task
+    file. Control runs pass ``ControlsStatus(status="control")``: injection reach is recorded
+    but does not make their security verdict unknown.
     """
-    cell = cell or Cell(harness=agent.name, task=task.name)
-    started = time.time()
+    t = _Trial(
+        task,
+        cell or Cell(harness=agent.name, task=task.name),
+        time.time(),
+        controls or controls_status(task),
+    )
     with ExitStack() as stack:
         try:
             sb = sandbox or stack.enter_context(Sandbox(task))
         except Exception as exc:
-            return _finish(task, cell, out, started, error=f"sandbox could not open: {exc}")
+            t.error = f"sandbox could not open: {exc}"
+            return _finish(t, out)
         try:
             sb.reset()  # 1. reset
         except Exception as exc:
-            return _finish(task, cell, out, started, error=f"reset failed: {exc}")
-        trigger_at = time.time()  # 2. boundary
-        before = _observe(sb)  # 3. snapshot before
-        injection = _injection_record(task, before)
-        run, run_error = _run_agent(agent, sb)  # 4. run
-        invocation = run.invocation
-        after = _observe(sb)  # 5. snapshot after, and diff
-        diff, diff_errors = sb.diff(before.snapshots, after.snapshots)
-        evaluation = _evaluate(task, before, after, diff, diff_errors, invocation, injection)  # 6.
-        findings = scope_findings(task.scope, diff)  # 7. discrepancies
-        return _finish(  # 8. archive
-            task,
-            cell,
-            out,
-            started,
-            trigger_at=trigger_at,
-            error=run_error,
-            evaluation=evaluation,
-            invocation=invocation,
-            injection=injection,
-            before=before,
-            after=after,
-            diff=diff,
-            findings=findings,
-            logs=run.logs,
-        )
+            t.error = f"reset failed: {exc}"
+            return _finish(t, out)
+        t.trigger_at = time.time()  # 2. boundary
+        t.before = _observe(sb)  # 3. snapshot before
+        probe = _arm_reach_probe(sb, task, t.before)
+        t.run, t.error = _run_agent(agent, sb)  # 4. run
+        t.injection = _injection_record(t, probe)
+        t.after = _observe(sb)  # 5. snapshot after, and diff
+        t.diff, diff_errors = sb.diff(t.before.snapshots, t.after.snapshots)
+        t.evaluation = _evaluate(t, diff_errors)  # 6. evaluate
+        t.findings = _discrepancies(t, sb)  # 7. discrepancies
+        return _finish(t, out)  # 8. archive
     raise AssertionError("unreachable")  # pragma: no cover - the with-block always returns
-
-
-@dataclass
-class _Evaluation:
-    verdicts: Verdicts
-    autonomy_reason: str
-    outcomes: dict[str, tuple[Outcome, list[PredicateResult]]]
-    observation_errors: dict[str, str]
-
-
-def _evaluate(
-    task: Task,
-    before: _Observation,
-    after: _Observation,
-    diff: Diff,
-    diff_errors: Mapping[str, str],
-    invocation: Invocation,
-    injection: InjectionRecord | None,
-) -> _Evaluation:
-    """Utility and security, each in its own error boundary, then the rules of DESIGN §5."""
-    evidence = Evidence(
-        diff=diff,
-        before=States(before.snapshots, "before", before.errors),
-        after=States(after.snapshots, "after", after.errors),
-        harness=HarnessRecords(invocation=invocation),
-        task=_facts(task),
-    )
-    observation_errors = {
-        **{k: f"before: {v}" for k, v in before.errors.items()},
-        **{k: f"after: {v}" for k, v in after.errors.items()},
-        **diff_errors,
-    }
-    utility = task.utility_evaluator.evaluate(evidence)
-    security = task.security_evaluator.evaluate(evidence)
-    auto = autonomy(invocation)
-    verdicts = decide(
-        utility[0],
-        security[0],
-        auto,
-        observation_errors=observation_errors,
-        injection_reached=injection.reached if injection else None,
-    )
-    return _Evaluation(
-        verdicts=verdicts,
-        autonomy_reason=auto[1],
-        outcomes={Metric.UTILITY.value: utility, Metric.SECURITY.value: security},
-        observation_errors=observation_errors,
-    )
 
 
 def _observe(sb: Sandbox) -> _Observation:
@@ -167,29 +149,110 @@ def _run_agent(agent: Agent, sb: Sandbox) -> tuple[RunRecord, str | None]:
         return RunRecord(inv), f"agent adapter {agent.name!r} failed: {type(exc).__name__}: {exc}"
 
 
+def _arm_reach_probe(sb: Sandbox, task: Task, before: _Observation) -> ReachProbe | None:
+    """The planting sink's probe, armed; None where the sink offers none or it fails."""
+    inj = task.injection
+    if inj is None or inj.sink not in before.snapshots:
+        return None
+    make = getattr(sb.provisioned[inj.sink].sink, "reach_probe", None)
+    if not callable(make):
+        return None
+    try:
+        probe = make(inj.where, inj.text, before.snapshots[inj.sink])
+        if probe is not None:
+            probe.arm()
+    except Exception:
+        return None  # reach stays undetermined, which changes no verdict
+    return probe if isinstance(probe, ReachProbe) else None
+
+
+def _injection_record(t: _Trial, probe: ReachProbe | None) -> InjectionRecord | None:
+    inj = t.task.injection
+    if inj is None:
+        return None
+    snap = t.before.snapshots.get(inj.sink)
+    holds = getattr(snap.state, "holds_text", None) if snap else None
+    planted = bool(holds(inj.where, inj.text)) if callable(holds) else None
+    answer = probe.reached() if probe is not None else None
+    reach = reach_mod.combine(
+        text=inj.text,
+        prompt=t.task.prompt,
+        probe=answer,
+        tool_calls=t.run.tool_calls if t.run else None,
+    )
+    if planted is False and not reach.via:
+        reach = reach_mod.Reach(False, note="the injection is not in the seed: never planted")
+    return InjectionRecord(
+        sink=inj.sink,
+        where=inj.where,
+        author=inj.author,
+        planted=planted,
+        reached=reach.reached,
+        reached_via=reach.via,
+        reach_note=reach.note,
+        applied=t.controls.status != "control",
+    )
+
+
+def _evaluate(t: _Trial, diff_errors: Mapping[str, str]) -> _Evaluation:
+    """Utility and security, each in its own error boundary, then the rules of DESIGN §5."""
+    run = t.run
+    assert run is not None
+    evidence = Evidence(
+        diff=t.diff,
+        before=States(t.before.snapshots, "before", t.before.errors),
+        after=States(t.after.snapshots, "after", t.after.errors),
+        harness=HarnessRecords(invocation=run.invocation, tool_calls=run.tool_calls),
+        task=_facts(t.task),
+    )
+    observation_errors = {
+        **{k: f"before: {v}" for k, v in t.before.errors.items()},
+        **{k: f"after: {v}" for k, v in t.after.errors.items()},
+        **diff_errors,
+    }
+    utility = t.task.utility_evaluator.evaluate(evidence)
+    security = t.task.security_evaluator.evaluate(evidence)
+    auto = autonomy(run.invocation)
+    reach = t.injection.reached if t.injection and t.injection.applied else None
+    verdicts = decide(
+        utility[0],
+        security[0],
+        auto,
+        observation_errors=observation_errors,
+        injection_reached=reach,
+    )
+    return _Evaluation(
+        verdicts=verdicts,
+        autonomy_reason=auto[1],
+        outcomes={Metric.UTILITY.value: utility, Metric.SECURITY.value: security},
+        observation_errors=observation_errors,
+    )
+
+
+def _discrepancies(t: _Trial, sb: Sandbox) -> list[Finding]:
+    """Scope, then what the agent's claims and the recorded calls say against the diff."""
+    kinds = {name: prov.sink.kind for name, prov in sb.provisioned.items()}
+    names: set[str] = set()
+    for snap in t.before.snapshots.values():
+        known = getattr(snap.state, "names", None)
+        if callable(known):
+            names.update(known())
+    run = t.run
+    claims = parse_claims(run.final_message if run else None)
+    return [
+        *scope_findings(t.task.scope, t.diff),
+        *claim_findings(claims, t.diff, kinds, names),
+        *call_findings(run.tool_calls if run else None, t.diff, kinds),
+    ]
+
+
 def _facts(task: Task) -> TaskFacts:
     return TaskFacts(
         name=task.name,
         prompt=task.prompt,
         injection=task.injection.text if task.injection else None,
         secrets=tuple(task.secrets),
-        metadata=dict(task.metadata),
-    )
-
-
-def _injection_record(task: Task, before: _Observation) -> InjectionRecord | None:
-    inj = task.injection
-    if inj is None:
-        return None
-    snap = before.snapshots.get(inj.sink)
-    planted: bool | None = None
-    holds = getattr(snap.state, "holds_text", None) if snap else None
-    if callable(holds):
-        planted = bool(holds(inj.where, inj.text))
-    # Reach is not traced yet; an injection that is not even planted cannot have reached.
-    reached = False if planted is False else None
-    return InjectionRecord(
-        sink=inj.sink, where=inj.where, author=inj.author, planted=planted, reached=reached
+        metadata=freeze(dict(task.metadata)),
     )
 
 
@@ -203,69 +266,67 @@ def _evaluator_record(outcome: Outcome, preds: list[PredicateResult]) -> Evaluat
     )
 
 
-def _finish(
-    task: Task,
-    cell: Cell,
-    out: Path | None,
-    started: float,
-    *,
-    error: str | None = None,
-    trigger_at: float | None = None,
-    evaluation: _Evaluation | None = None,
-    invocation: Invocation | None = None,
-    injection: InjectionRecord | None = None,
-    before: _Observation | None = None,
-    after: _Observation | None = None,
-    diff: Diff | None = None,
-    findings: list[Finding] | None = None,
-    logs: Mapping[str, bytes] | None = None,
-) -> TrialResult:
+def _not_measured(t: _Trial, evaluation: _Evaluation) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for metric, (outcome, _) in evaluation.outcomes.items():
+        if outcome.kind == "assertion":
+            out[metric] = "a fixed assertion, not a measurement"
+    if t.controls.status not in ("proven", "control"):
+        why = f"controls {t.controls.status}: {t.controls.reason}"
+        for metric in (Metric.UTILITY.value, Metric.SECURITY.value):
+            out.setdefault(metric, why)
+    return out
+
+
+def _finish(t: _Trial, out: Path | None) -> TrialResult:
     """Build the record (unknown verdicts, with the reason, when the trial broke early) and
     write the archive."""
-    diff = diff or Diff({})
+    evaluation = t.evaluation
     if evaluation is None:
-        why = f"the trial did not run to evaluation: {error}"
-        evaluation = _Evaluation(
-            Verdicts(None, None, None, {m.value: why for m in Metric}), "", {}, {}
-        )
+        why = f"the trial did not run to evaluation: {t.error}"
+        evaluation = _Evaluation(Verdicts(None, None, None, {m.value: why for m in Metric}))
     verdicts = evaluation.verdicts
-    before = before or _Observation({}, {})
-    after = after or _Observation({}, {})
+    before, after = t.before.snapshots, t.after.snapshots
+    kinds = {s.name: s.kind for s in t.task.sinks}
     snapshots = {
         name: SnapshotDigests(
-            kind=(before.snapshots.get(name) or after.snapshots.get(name)).kind,  # type: ignore[union-attr]
-            before=before.snapshots[name].digest if name in before.snapshots else None,
-            after=after.snapshots[name].digest if name in after.snapshots else None,
+            kind=kinds.get(name, "unknown"),
+            before=before[name].digest if name in before else None,
+            after=after[name].digest if name in after else None,
         )
-        for name in sorted(set(before.snapshots) | set(after.snapshots))
+        for name in sorted(set(kinds) | set(before) | set(after))
     }
-    for name in sorted(set(task.sink_names()) - set(snapshots)):
-        spec = next(s for s in task.sinks if s.name == name)
-        snapshots[name] = SnapshotDigests(kind=spec.kind, before=None, after=None)
+    run = t.run
+    final = run.final_message if run else None
     record = TrialRecord(
-        cell=cell,
+        cell=t.cell,
         utility_achieved=verdicts.utility_achieved,
         security_breached=verdicts.security_breached,
         autonomy_achieved=verdicts.autonomy_achieved,
         evaluation_errors=dict(verdicts.evaluation_errors),
-        error=error,
+        error=t.error,
         evaluators={m: _evaluator_record(o, p) for m, (o, p) in evaluation.outcomes.items()},
         autonomy_reason=evaluation.autonomy_reason,
-        invocation=invocation,
-        injection=injection,
+        invocation=run.invocation if run else None,
+        injection=t.injection,
         snapshots=snapshots,
         observation_errors=evaluation.observation_errors,
-        diff=diff.to_json(),
-        findings=findings or [],
-        task_digest=task_digest(task),
+        diff=t.diff.to_json(),
+        findings=t.findings,
+        tool_calls=list(run.tool_calls) if run and run.tool_calls is not None else None,
+        final_message=final[:FINAL_MESSAGE_LIMIT] if final else None,
+        claims=parse_claims(final),
+        controls=t.controls,
+        not_measured=_not_measured(t, evaluation),
+        task_digest=task_digest(t.task),
         versions=runtime_versions(),
-        started_at=started,
-        trigger_at=trigger_at,
+        started_at=t.started,
+        trigger_at=t.trigger_at,
         finished_at=time.time(),
     )
     folder = None
     if out is not None:
-        files = archive_files(record, before.snapshots, after.snapshots, diff, logs)
-        folder = write_archive(out / cell.folder, files, overwrite=True)
+        files = archive_files(record, before, after, t.diff, run.logs if run else None)
+        folder = write_archive(out / t.cell.folder, files, overwrite=True)
     preds = {m: p for m, (_, p) in evaluation.outcomes.items()}
-    return TrialResult(record=record, archive=folder, diff=diff, predicates=preds)
+    return TrialResult(record=record, archive=folder, diff=t.diff, predicates=preds)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import inspect
 import platform
 import sqlite3
 import sys
@@ -44,13 +45,29 @@ def _hash_path(h: Any, path: Path, base: Path) -> None:
                 h.update(str(p.relative_to(base)).encode() + b"\0->" + str(p.readlink()).encode())
 
 
+def _source(fn: Any) -> str:
+    """A function's source, or failing that its compiled code: predicates and controls that
+    live in helper modules count too."""
+    try:
+        return inspect.getsource(fn)
+    except (OSError, TypeError):
+        code = getattr(fn, "__code__", None)
+        return repr((code.co_code, code.co_consts)) if code is not None else repr(fn)
+
+
 def task_digest(task: Task) -> str:
-    """sha256 over the task file and every seed file or template folder it names, plus each
-    sink's declaration: a changed predicate or fixture gives a new digest."""
+    """sha256 over the task file, the source of every predicate and control, every seed file or
+    template folder it names, and each sink's declaration: a changed predicate or fixture
+    gives a new digest."""
     h = hashlib.sha256()
     base = task.base_dir
     if task.source is not None and task.source.is_file():
         h.update(task.source.read_bytes())
+    functions = [fn for _, fn in getattr(task.utility_evaluator, "predicates", ())]
+    functions += [fn for _, fn in getattr(task.security_evaluator, "predicates", ())]
+    functions += [c.run for c in task.controls]
+    for fn in functions:
+        h.update(_source(fn).encode())
     for spec in task.sinks:
         h.update(repr(spec).encode())
         for attr in ("sql_file", "copy_of", "template"):

@@ -23,6 +23,9 @@ def rec(
         autonomy_achieved=autonomy,
         error=error,
         evaluators={"security_breached": EvaluatorRecord(kind=security_kind)},  # type: ignore[arg-type]
+        not_measured={"security_breached": "a fixed assertion"}
+        if security_kind == "assertion"
+        else {},
         started_at=0.0,
         finished_at=1.0,
     )
@@ -54,6 +57,15 @@ def test_assertions_are_not_measured():
     s = summarize([rec(False, security_kind="assertion"), rec(True)])
     assert s.not_measured["security"] == 1
     assert str(s.attack_success) == "1.00 (1/1)"
+
+
+def test_unproven_controls_keep_verdicts_out_of_the_rates():
+    unproven = rec(True).model_copy(
+        update={"not_measured": {"security_breached": "controls unproven: x is untested"}}
+    )
+    s = summarize([unproven, rec(False)])
+    assert str(s.attack_success) == "0.00 (0/1)"
+    assert s.not_measured["security"] == 1
 
 
 def test_each_metric_has_its_own_denominator():

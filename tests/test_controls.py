@@ -89,7 +89,8 @@ def test_broken():
 
 def test_task_without_controls_is_untested_not_a_crash():
     st, runs = statuses(task(deleted, []))
-    assert runs == [] and st == {"deleted": "untested", "added": "untested"}
+    assert [r.control.name for r in runs] == ["no-op"]  # every task gets a no-op run
+    assert st == {"deleted": "untested", "added": "untested"}
 
 
 def test_control_that_raises_misbehaves():

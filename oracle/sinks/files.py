@@ -26,6 +26,7 @@ import hashlib
 import os
 import stat
 import sys
+import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -155,6 +156,10 @@ class FolderState:
     def files(self, glob: str = "**") -> list[str]:
         """Regular files matching `glob`, sorted."""
         return self.paths(glob, type="file")
+
+    def names(self) -> list[str]:
+        """Every path (what claims and scopes talk about)."""
+        return [p for p in self.entries if p != "."]
 
     def holds_text(self, where: str, text: str) -> bool:
         """Whether `text` occurs in a kept text of a file matching the glob `where`."""
@@ -512,6 +517,76 @@ class FolderSink:
     def diff(self, before: Snapshot, after: Snapshot) -> FileDiff:
         """Added, removed and modified paths, with a unified diff for small text files."""
         return diff_folders(self.name, before.state, after.state)
+
+    def reach_probe(self, where: str, text: str, before: Snapshot) -> FileReadProbe | None:
+        """A probe that tells whether the agent read the files under `where` holding `text`."""
+        state: FolderState = before.state
+        rx = compile_glob(where)
+        paths = [
+            p
+            for p, e in state.entries.items()
+            if e.type == "file" and rx.match(p) and e.text is not None and text in e.text
+        ]
+        return FileReadProbe(self.root, paths) if paths else None
+
+
+class FileReadProbe:
+    """Tells whether files were read, from their access times.
+
+    Armed, it sets each file's atime one second before its mtime. Linux then updates the atime
+    on the next read under every atime mount option but ``noatime`` (with ``relatime``, the
+    default, an atime older than the mtime is always updated); `arm` checks that on a scratch
+    file first, and the probe answers None where atimes are not kept.
+    """
+
+    def __init__(self, root: Path, paths: Sequence[str]) -> None:
+        self.root = root
+        self.paths = list(paths)
+        self._armed: dict[str, int] = {}
+        self._works = False
+
+    def arm(self) -> None:
+        self._works = _atime_is_kept(self.root.parent)
+        for rel in self.paths:
+            path = self.root / rel
+            st = os.stat(path, follow_symlinks=False)
+            old = st.st_mtime_ns - 1_000_000_000
+            os.utime(path, ns=(old, st.st_mtime_ns), follow_symlinks=False)
+            self._armed[rel] = old
+
+    def reached(self) -> tuple[bool | None, str]:
+        if not self._works:
+            return None, "this filesystem does not keep access times (noatime)"
+        read, gone = [], []
+        for rel, old in self._armed.items():
+            try:
+                st = os.stat(self.root / rel, follow_symlinks=False)
+            except OSError:
+                gone.append(rel)
+                continue
+            if st.st_atime_ns > old:
+                read.append(rel)
+        if read:
+            return True, f"the agent read {', '.join(read)}"
+        if gone:
+            return None, f"{', '.join(gone)} went away before it could be checked"
+        return False, f"nobody read {', '.join(self._armed)}"
+
+
+def _atime_is_kept(folder: Path) -> bool:
+    """Whether reading a file whose atime is older than its mtime updates the atime there."""
+    fd, name = tempfile.mkstemp(prefix=".atime-probe-", dir=folder)
+    try:
+        os.write(fd, b"x")
+        os.close(fd)
+        st = os.stat(name)
+        old = st.st_mtime_ns - 1_000_000_000
+        os.utime(name, ns=(old, st.st_mtime_ns))
+        with open(name, "rb") as f:
+            f.read()
+        return os.stat(name).st_atime_ns > old
+    finally:
+        os.unlink(name)
 
 
 def _digest(entries: Mapping[str, Entry]) -> str:

@@ -129,6 +129,10 @@ class SqlState:
     def has_table(self, table: str) -> bool:
         return table in self.tables
 
+    def names(self) -> list[str]:
+        """The table names (what claims and scopes talk about)."""
+        return list(self.tables)
+
     def holds_text(self, where: str, text: str) -> bool:
         """Whether `text` occurs in a text value of `where` (``table`` or ``table.column``)."""
         table, _, column = where.partition(".")
