@@ -12,7 +12,10 @@ FIND_PYTHON := for p in $(PYTHON_CANDIDATES); do \
 	  if command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(sys.version_info < (3, 12))' >/dev/null 2>&1; then \
 	    echo $$p; break; fi; done
 
-.PHONY: help venv trial test bench lint schema clean
+# Programs the tests and isolated agents use: "<command>:<Debian package>".
+SYSTEM_TOOLS := bwrap:bubblewrap nft:nftables ip:iproute2 nsenter:util-linux sqlite3:sqlite3
+
+.PHONY: help venv system-deps trial test bench lint schema clean
 
 help:
 	@echo "make trial   run the demo suite with both demo agents and every control"
@@ -35,14 +38,28 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
+# Installs the Debian packages behind SYSTEM_TOOLS that are missing (only those; needs root).
+system-deps:
+	@missing=""; for pair in $(SYSTEM_TOOLS); do \
+	  command -v "$${pair%%:*}" >/dev/null 2>&1 || missing="$$missing $${pair##*:}"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing Debian packages:$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  else \
+	    echo "warning: missing Debian packages:$$missing (apt-get install$$missing);" \
+	         "the tests that need them will be skipped" >&2; \
+	  fi; \
+	fi
+
 trial: $(STAMP)
 	rm -rf runs/demo
 	$(BIN)/oracle demo tasks/demo --out runs/demo
 
-test: $(STAMP)
+test: $(STAMP) system-deps
 	$(BIN)/pytest
 
-bench: $(STAMP)
+bench: $(STAMP) system-deps
 	$(BIN)/python benchmarks/run.py
 
 lint: $(STAMP)

@@ -28,6 +28,7 @@ from importlib.metadata import version
 from typing import Any
 
 import bench_files
+import bench_isolation
 import bench_sqlite
 from common import HERE, Result
 
@@ -43,6 +44,7 @@ class Benchmark:
 BENCHMARKS: list[Benchmark] = [
     Benchmark(bench_sqlite.NAME, bench_sqlite.run),
     Benchmark(bench_files.NAME, bench_files.run),
+    Benchmark(bench_isolation.NAME, bench_isolation.run),
 ]
 
 

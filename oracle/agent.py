@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from oracle.invocation import Invocation, Step
+from oracle.proxies.jail import Attempt
 from oracle.sandbox import SandboxView
 from oracle.tools import ToolCall, recording
 
@@ -41,7 +42,9 @@ class RunRecord:
     - ``final_message``: what it said about its own work (claim tier: never evidence);
     - ``tool_calls``: the calls the harness recorded (harness tier), or None where the harness
       does not own the agent's tools;
-    - ``logs``: anything else worth archiving (stderr…), by file name.
+    - ``logs``: anything else worth archiving (stderr…), by file name;
+    - ``network_attempts``: connections the agent tried past the sandbox's network (None where
+      it did not run in a network namespace).
     """
 
     invocation: Invocation
@@ -49,6 +52,7 @@ class RunRecord:
     final_message: str | None = None
     tool_calls: tuple[ToolCall, ...] | None = None
     logs: Mapping[str, bytes] = field(default_factory=dict)
+    network_attempts: tuple[Attempt, ...] | None = None
 
 
 class AgentError(RuntimeError):

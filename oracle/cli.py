@@ -13,6 +13,7 @@ import importlib
 import importlib.util
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -22,6 +23,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from oracle import demo
 from oracle.agent import Agent, CallableAgent, noop
 from oracle.check import check_task
+from oracle.command import CommandAgent
 from oracle.controls import DEFAULT_TIMEOUT, ControlsReport, controls_of, prove
 from oracle.loader import Loaded, load_tasks
 from oracle.record import Cell, TrialRecord, record_schema
@@ -48,18 +50,41 @@ class UsageError(Exception):
     pass
 
 
-def resolve_agent(spec: str) -> Agent:
+@dataclass(frozen=True)
+class RunOptions:
+    """How command agents run: `oracle trial --timeout/--isolation/--pass-env`."""
+
+    timeout: float = 600.0
+    isolation: str = "bwrap"
+    pass_env: tuple[str, ...] = ()
+
+
+def resolve_agent(spec: str, options: RunOptions | None = None) -> Agent:
     """An agent from its name on the command line.
 
-    ``careful``, ``obedient``, ``noop`` (built in); ``package.module:function`` or
-    ``path/to/file.py:function`` (a Python callable of the sandbox view)."""
+    ``careful``, ``obedient``, ``noop`` (built in); ``cmd:<command line>`` (a program, run
+    isolated); ``package.module:function`` or ``path/to/file.py:function`` (a Python callable of
+    the sandbox view)."""
+    options = options or RunOptions()
+    if spec.startswith("cmd:"):
+        command = spec[4:].strip()
+        if not command:
+            raise UsageError("'cmd:' needs a command line after it, e.g. 'cmd:./agent.sh'")
+        if options.isolation not in ("bwrap", "none"):
+            raise UsageError(f"--isolation must be bwrap or none, not {options.isolation!r}")
+        return CommandAgent(
+            command,
+            timeout=options.timeout,
+            isolation="none" if options.isolation == "none" else "bwrap",
+            pass_env=options.pass_env,
+        )
     if spec in BUILTIN_AGENTS:
         return CallableAgent(BUILTIN_AGENTS[spec], name=spec)
     target, sep, attr = spec.rpartition(":")
     if not sep or not target or not attr:
         raise UsageError(
             f"unknown agent {spec!r}: use one of {', '.join(BUILTIN_AGENTS)}, "
-            "'package.module:function' or 'file.py:function'"
+            "'cmd:<command line>', 'package.module:function' or 'file.py:function'"
         )
     try:
         if target.endswith(".py"):
@@ -176,7 +201,7 @@ def trial(
         typer.Option(
             "--agent",
             "-a",
-            help="careful, obedient, noop, module:function or "
+            help="careful, obedient, noop, 'cmd:<command line>', module:function or "
             "file.py:function (repeat for several)",
         ),
     ] = None,
@@ -186,11 +211,25 @@ def trial(
     model: Annotated[str, typer.Option(help="model name recorded in the cell")] = "none",
     profile: Annotated[str, typer.Option(help="profile name recorded in the cell")] = "default",
     no_check: Annotated[bool, typer.Option("--no-check", help="skip `oracle check`")] = False,
+    timeout: Annotated[
+        float, typer.Option(help="seconds a command agent may run before it is killed")
+    ] = 600.0,
+    isolation: Annotated[
+        str, typer.Option(help="how command agents run: bwrap (isolated) or none")
+    ] = "bwrap",
+    pass_env: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--pass-env",
+            help="host environment variable a command agent gets (e.g. its model API key; repeat)",
+        ),
+    ] = None,
 ) -> None:
     """Run agents on tasks; print the verdicts and archive every trial."""
+    options = RunOptions(timeout=timeout, isolation=isolation, pass_env=tuple(pass_env or ()))
     try:
         loaded = _load(paths, task)
-        agents = [resolve_agent(a) for a in (agent or ["careful"])]
+        agents = [resolve_agent(a, options) for a in (agent or ["careful"])]
     except UsageError as exc:
         console().print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None

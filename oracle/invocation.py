@@ -38,6 +38,10 @@ class Invocation(BaseModel):
     timed_out: bool = False
     started_at: float | None = None
     finished_at: float | None = None
+    output_truncated: dict[str, int] = Field(
+        default_factory=dict,
+        description="stream → bytes it wrote, for every stream cut at the capture limit",
+    )
 
     @classmethod
     def not_started(cls, adapter: str, agent: str, why: str) -> Invocation:
@@ -60,7 +64,8 @@ def autonomy(invocation: Invocation | None) -> tuple[bool | None, str]:
     if invocation is None:
         return None, "no invocation record"
     if not invocation.started:
-        return False, "the agent was never started"
+        why = next((s.error for s in invocation.steps if s.error), None)
+        return False, "the agent was never started" + (f": {why}" if why else "")
     if invocation.timed_out:
         return None, "the agent was stopped by the timeout"
     agent_steps = [s for s in invocation.steps if s.agent]

@@ -6,6 +6,7 @@ that the file matches the model, so the record's shape only changes on purpose.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import Any, Literal
 
@@ -13,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from oracle.claims import Claim
 from oracle.invocation import Invocation
+from oracle.proxies.jail import Attempt
 from oracle.tools import ToolCall
 
 SCHEMA_VERSION = 1
@@ -37,9 +39,15 @@ class Cell(BaseModel):
 
     @property
     def folder(self) -> str:
-        """A file-system-safe folder name for this cell's archive."""
+        """A file-system-safe folder name for this cell's archive (long parts are cut and the
+        name keeps a digest of the whole identity, so it stays unique)."""
         parts = (self.task, self.harness, self.model, self.profile, f"r{self.repetition}")
-        return "__".join(_SAFE.sub("_", p) for p in parts)
+        name = "__".join(_SAFE.sub("_", p) for p in parts)
+        if len(name) <= 120:
+            return name
+        digest = hashlib.sha256(self.id.encode()).hexdigest()[:12]
+        short = "__".join(_SAFE.sub("_", p)[:40] for p in parts)
+        return f"{short}__{digest}"
 
 
 class PredicateRecord(BaseModel):
@@ -137,6 +145,11 @@ class TrialRecord(BaseModel):
     findings: list[Finding] = Field(default_factory=list)
     tool_calls: list[ToolCall] | None = Field(
         None, description="harness tier: the calls recorded (null: the harness owns no tools)"
+    )
+    network_attempts: list[Attempt] | None = Field(
+        None,
+        description="connections and datagrams the agent sent past the sandbox's network "
+        "(null: it did not run in a network namespace)",
     )
     final_message: str | None = Field(
         None, description="claim tier: what the agent said of its work; never evidence"

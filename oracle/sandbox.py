@@ -20,7 +20,7 @@ import contextlib
 import os
 import shutil
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -51,11 +51,17 @@ class SandboxView:
     ``env`` holds ``ORACLE_PROMPT_FILE``, ``ORACLE_TASK_ROOT``, ``ORACLE_DIR_<SINK>``,
     ``ORACLE_DB_URL`` / ``ORACLE_DB_URL_<SINK>`` and ``ORACLE_DB_PATH_<SINK>`` for SQLite.
     The helpers below act only through those endpoints, as an agent would.
+
+    For runners that isolate the agent: ``agent_dir`` is the one folder it may write, and
+    ``private`` the oracle's own folders (the sandbox, templates, the archive) that it may
+    neither read nor write.
     """
 
     task: str
     prompt: str
     env: Mapping[str, str]
+    agent_dir: Path | None = None
+    private: tuple[Path, ...] = ()
 
     def root(self, sink: str | None = None) -> Path:
         """The folder of file sink `sink` (the task root if not named)."""
@@ -175,9 +181,17 @@ class Sandbox:
             shutil.rmtree(self.dir, ignore_errors=True)
             self.dir = None
 
-    def view(self) -> SandboxView:
-        """What the agent gets: the prompt and the endpoints."""
-        return SandboxView(task=self.task.name, prompt=self.task.prompt, env=dict(self.env))
+    def view(self, private: Sequence[Path] = ()) -> SandboxView:
+        """What the agent gets: the prompt and the endpoints. `private` adds folders of the
+        oracle's (an archive folder) that an isolated agent must not see."""
+        hidden = [p for p in (self.dir, self.cache_dir, *private) if p is not None]
+        return SandboxView(
+            task=self.task.name,
+            prompt=self.task.prompt,
+            env=dict(self.env),
+            agent_dir=self.dir / "agent" if self.dir is not None else None,
+            private=tuple(hidden),
+        )
 
     def reset(self) -> None:
         """Restore every sink to the task's seed. Raises `FixtureError` naming the sink."""

@@ -124,7 +124,7 @@ def run_trial(
         t.trigger_at = time.time()  # 2. boundary
         t.before = _observe(sb)  # 3. snapshot before
         probe = _arm_reach_probe(sb, task, t.before)
-        t.run, t.error = _run_agent(agent, sb)  # 4. run
+        t.run, t.error = _run_agent(agent, sb, out)  # 4. run
         t.injection = _injection_record(t, probe)
         t.after = _observe(sb)  # 5. snapshot after, and diff
         t.diff, diff_errors = sb.diff(t.before.snapshots, t.after.snapshots)
@@ -139,9 +139,9 @@ def _observe(sb: Sandbox) -> _Observation:
     return _Observation(snaps, errors)
 
 
-def _run_agent(agent: Agent, sb: Sandbox) -> tuple[RunRecord, str | None]:
+def _run_agent(agent: Agent, sb: Sandbox, out: Path | None) -> tuple[RunRecord, str | None]:
     try:
-        return agent.run(sb.view()), None
+        return agent.run(sb.view(private=[out] if out is not None else [])), None
     except AgentError as exc:
         return exc.run, str(exc)
     except Exception as exc:  # an adapter that broke its contract: still recorded, never lost
@@ -314,6 +314,9 @@ def _finish(t: _Trial, out: Path | None) -> TrialResult:
         diff=t.diff.to_json(),
         findings=t.findings,
         tool_calls=list(run.tool_calls) if run and run.tool_calls is not None else None,
+        network_attempts=(
+            list(run.network_attempts) if run and run.network_attempts is not None else None
+        ),
         final_message=final[:FINAL_MESSAGE_LIMIT] if final else None,
         claims=parse_claims(final),
         controls=t.controls,

@@ -35,6 +35,20 @@ def require_service(name: str, port: int, host: str = "127.0.0.1") -> None:
         pytest.skip(message)
 
 
+def require_tools(*tools: str, root: bool = False) -> None:
+    """Skip (or, under ORACLE_REQUIRE_SERVICES=1, fail) when a program or root is missing."""
+    import shutil
+
+    missing = [t for t in tools if shutil.which(t) is None]
+    if root and os.geteuid() != 0:
+        missing.append("root")
+    if missing:
+        message = f"needs {', '.join(missing)} (`make system-deps` installs the programs)"
+        if os.environ.get("ORACLE_REQUIRE_SERVICES") == "1":
+            pytest.fail(message + " and ORACLE_REQUIRE_SERVICES=1")
+        pytest.skip(message)
+
+
 def agent(fn: Callable[[SandboxView], object], name: str | None = None) -> CallableAgent:
     return CallableAgent(fn, name=name or getattr(fn, "__name__", "agent"))
 

@@ -62,3 +62,6 @@ def test_cell_identity():
     )
     assert c.id == "orders-cleanup/cmd:./agent run/m/x/p/r2"
     assert "/" not in c.folder and " " not in c.folder
+    long = Cell(harness="cmd:" + "x" * 500, task="t")
+    other = Cell(harness="cmd:" + "x" * 499 + "y", task="t")
+    assert len(long.folder) < 250 and long.folder != other.folder

@@ -1,0 +1,281 @@
+"""Command agents: any program (a CLI coding agent, a script) run as the agent of a trial.
+
+The program gets the sandbox through its environment — ``ORACLE_TASK_ROOT``,
+``ORACLE_PROMPT_FILE``, ``ORACLE_DB_URL`` / ``ORACLE_DB_URL_<SINK>``, ``ORACLE_SMTP_HOST`` /
+``ORACLE_SMTP_PORT``, the proxy and CA variables — and nothing else of the host's environment
+unless asked (`pass_env`). Its stdout is captured as the reply (boundary evidence) and as its
+final message (its own account, a claim); its stderr as a log. Both are capped, and the
+truncation is recorded. A timeout kills it with its whole process group.
+
+With ``isolation="bwrap"`` (the default) it runs under bubblewrap (`oracle.proxies.bwrap`)
+inside a network namespace (`oracle.proxies.jail`) whose only ways out are the services the
+task exposes; a connection anywhere else is recorded as an attempt and reaches nothing.
+``isolation="none"`` runs it as a plain child process (for debugging; nothing is contained).
+
+The invocation record comes from the process itself: started or not, exit status, signal,
+timeout — never from what it printed.
+
+    CommandAgent("python -m oracle.demo obedient")
+    CommandAgent(["claude", "-p", "$(cat $ORACLE_PROMPT_FILE)"], pass_env=["ANTHROPIC_API_KEY"])
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Literal
+
+import sqlalchemy as sa
+
+from oracle.agent import AgentError, RunRecord
+from oracle.invocation import Invocation, Step, StepOutcome
+from oracle.proxies.bwrap import BwrapMissingError, BwrapPolicy, bwrap_argv, bwrap_path
+from oracle.proxies.jail import JailError, NetworkJail
+from oracle.sandbox import SandboxView
+
+Isolation = Literal["bwrap", "none"]
+OUTPUT_LIMIT = 1 << 20
+DEFAULT_TIMEOUT = 600.0
+BASE_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "TERM")
+
+
+@dataclass
+class _Capture:
+    """Reads one stream to the end, keeping at most `limit` bytes."""
+
+    stream: IO[bytes]
+    limit: int
+    data: bytearray = field(default_factory=bytearray)
+    total: int = 0
+
+    def start(self) -> threading.Thread:
+        t = threading.Thread(target=self._read, daemon=True)
+        t.start()
+        return t
+
+    def _read(self) -> None:
+        while chunk := self.stream.read(65536):
+            self.total += len(chunk)
+            room = self.limit - len(self.data)
+            if room > 0:
+                self.data += chunk[:room]
+        self.stream.close()
+
+
+def exposed_endpoints(env: Mapping[str, str]) -> list[tuple[str, int]]:
+    """The loopback services a task exposes to its agent, read from the sandbox's variables:
+    the HTTP(S) proxy, the SMTP sink, and every database URL with a host."""
+    found: set[tuple[str, int]] = set()
+    for key in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
+        if key in env:
+            with contextlib.suppress(ValueError):
+                url = sa.make_url(env[key].replace("http://", "proxy://", 1))
+                if url.host and url.port:
+                    found.add((url.host, url.port))
+    if "ORACLE_SMTP_HOST" in env and "ORACLE_SMTP_PORT" in env:
+        found.add((env["ORACLE_SMTP_HOST"], int(env["ORACLE_SMTP_PORT"])))
+    defaults = {
+        "postgresql": 5432,
+        "mysql": 3306,
+        "mariadb": 3306,
+        "redis": 6379,
+        "amqp": 5672,
+        "mqtt": 1883,
+        "nats": 4222,
+    }
+    for key, value in env.items():
+        if not key.startswith(("ORACLE_DB_URL", "ORACLE_URL_")):
+            continue
+        with contextlib.suppress(ValueError, sa.exc.ArgumentError):
+            url = sa.make_url(value)
+            backend = url.get_backend_name()
+            port = url.port or defaults.get(backend)
+            if url.host and port:
+                found.add((url.host, port))
+    for item in env.get("ORACLE_EXPOSE", "").split():
+        host, _, number = item.rpartition(":")
+        if host and number.isdigit():
+            found.add((host.strip("[]"), int(number)))
+    return sorted(found)
+
+
+class CommandAgent:
+    """A program run as the agent. See the module docstring."""
+
+    def __init__(
+        self,
+        command: str | Sequence[str],
+        *,
+        name: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        isolation: Isolation = "bwrap",
+        env: Mapping[str, str] | None = None,
+        pass_env: Sequence[str] = (),
+        output_limit: int = OUTPUT_LIMIT,
+    ) -> None:
+        self.argv = shlex.split(command) if isinstance(command, str) else list(command)
+        if not self.argv:
+            raise ValueError("a command agent needs a command")
+        self.name = name or "cmd:" + (command if isinstance(command, str) else shlex.join(command))
+        self.timeout = timeout
+        self.isolation = isolation
+        self.extra_env = dict(env or {})
+        self.pass_env = list(pass_env)
+        self.output_limit = output_limit
+
+    def __repr__(self) -> str:
+        return f"CommandAgent({self.name!r}, isolation={self.isolation!r})"
+
+    def _env(self, view: SandboxView) -> dict[str, str]:
+        env = {k: os.environ[k] for k in BASE_ENV if k in os.environ}
+        env.setdefault("LANG", "C.UTF-8")
+        home = (view.agent_dir / ".home") if view.agent_dir else Path("/tmp")
+        env["HOME"] = str(home)
+        env.update({k: os.environ[k] for k in self.pass_env if k in os.environ})
+        env.update(self.extra_env)
+        env.update(view.env)
+        return env
+
+    def _not_started(self, why: str) -> RunRecord:
+        return RunRecord(Invocation.not_started("command", self.name, why))
+
+    def run(self, view: SandboxView) -> RunRecord:
+        env = self._env(view)
+        if view.agent_dir is not None:
+            (view.agent_dir / ".home").mkdir(exist_ok=True)
+        exe = shutil.which(self.argv[0], path=env.get("PATH"))
+        if exe is None:
+            return self._not_started(f"command {self.argv[0]!r} was not found on the PATH")
+        # The agent starts in the task root: a relative program path means the caller's folder.
+        command = [os.path.abspath(exe) if os.sep in self.argv[0] else self.argv[0], *self.argv[1:]]
+        if self.isolation == "none":
+            return self._execute(command, env, view, None)
+        try:
+            bwrap_path()
+        except BwrapMissingError as exc:
+            return self._not_started(str(exc))
+        readable = [Path(env[k]) for k in ("ORACLE_PROMPT_FILE", "SSL_CERT_FILE") if k in env]
+        workdir = Path(env["ORACLE_TASK_ROOT"]) if "ORACLE_TASK_ROOT" in env else view.agent_dir
+        policy = BwrapPolicy(
+            writable=(view.agent_dir,) if view.agent_dir else (),
+            readable=tuple(readable),
+            hidden=view.private,
+            workdir=workdir,
+        )
+        try:
+            jail = NetworkJail(expose=exposed_endpoints(env))
+            jail.open()
+        except JailError as exc:
+            return self._not_started(f"the network namespace could not be made: {exc}")
+        try:
+            argv = [*jail.command_prefix(), *bwrap_argv(policy, command)]
+            return self._execute(argv, env, view, jail)
+        finally:
+            jail.close()
+
+    def _execute(
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        view: SandboxView,
+        jail: NetworkJail | None,
+    ) -> RunRecord:
+        started = time.time()
+        cwd = env.get("ORACLE_TASK_ROOT") or (str(view.agent_dir) if view.agent_dir else None)
+        try:
+            proc = subprocess.Popen(
+                argv,
+                env=env,
+                cwd=cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+                pass_fds=jail.pass_fds if jail else (),
+            )
+        except OSError as exc:
+            return self._not_started(f"{self.argv[0]!r} could not be started: {exc}")
+        assert proc.stdout is not None and proc.stderr is not None
+        out, err = (
+            _Capture(proc.stdout, self.output_limit),
+            _Capture(proc.stderr, self.output_limit),
+        )
+        readers = [out.start(), err.start()]
+        timed_out = False
+        try:
+            proc.wait(timeout=self.timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        _kill_session(proc.pid)  # the timeout, or children it left behind
+        proc.wait()
+        for r in readers:
+            r.join(timeout=10)
+        code = proc.returncode
+        signum = -code if code is not None and code < 0 else None
+        truncated = {
+            name: c.total for name, c in (("stdout", out), ("stderr", err)) if c.total > c.limit
+        }
+        outcome: StepOutcome
+        if timed_out:
+            outcome, error = "failed", f"timed out after {self.timeout:g} s"
+        elif code == 0:
+            outcome, error = "succeeded", None
+        elif signum is not None:
+            outcome, error = "failed", f"killed by signal {signum}"
+        else:
+            outcome, error = "failed", f"exit status {code}"
+        inv = Invocation(
+            adapter="command",
+            agent=self.name,
+            started=True,
+            steps=[Step(name="command", outcome=outcome, error=error)],
+            exit_code=code if signum is None and not timed_out else None,
+            signal=signum if not timed_out else int(signal.SIGKILL),
+            timed_out=timed_out,
+            started_at=started,
+            finished_at=time.time(),
+            output_truncated=truncated,
+        )
+        reply = bytes(out.data)
+        logs = {"agent.stdout": reply, "agent.stderr": bytes(err.data)}
+        run = RunRecord(
+            inv,
+            reply=reply,
+            final_message=reply.decode("utf-8", "replace").strip() or None,
+            logs=logs,
+            network_attempts=tuple(jail.finish()) if jail else None,
+        )
+        if timed_out:
+            raise AgentError(
+                f"agent {self.name!r} timed out after {self.timeout:g} s and was "
+                "killed with its process group",
+                run,
+            )
+        return run
+
+
+def _kill_session(sid: int) -> None:
+    """Kill the process group `sid` leads, and every process still in its session (children
+    that changed their process group but not their session)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(sid, signal.SIGKILL)
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if len(fields) > 4 and int(fields[4]) == sid:  # field 6 of stat: the session id
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(int(entry.name), signal.SIGKILL)

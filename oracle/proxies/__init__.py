@@ -1,0 +1,1 @@
+"""What stands between the agent and the world: network isolation, recorders and relays."""

@@ -1,0 +1,165 @@
+"""A container backend for command agents, where a Docker engine exists.
+
+The container gets no network (or a network the caller names, which should be an internal one
+whose only member besides the agent is the recorder), a read-only root filesystem, a private
+``/tmp``, every capability dropped, ``no-new-privileges``, memory and process limits, and the
+sandbox's agent folder as its one writable mount. Without an engine, `ContainerAgent.run`
+records that the agent never started, and says which engine is missing and why.
+
+`container_config` is the whole policy as plain data, so it can be checked without an engine::
+
+    cfg = container_config(view, ["python", "agent.py"], image="python:3.12-slim")
+    cfg["cap_drop"]     # ['ALL']
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from oracle.agent import AgentError, RunRecord
+from oracle.invocation import Invocation, Step, StepOutcome
+from oracle.sandbox import SandboxView
+
+
+class ContainerEngineMissingError(RuntimeError):
+    """No Docker engine can be reached."""
+
+
+def container_config(
+    view: SandboxView,
+    command: Sequence[str],
+    *,
+    image: str,
+    env: Mapping[str, str] | None = None,
+    network: str | None = None,
+    memory: str = "2g",
+    pids: int = 512,
+    cpus: float = 1.0,
+) -> dict[str, Any]:
+    """The keyword arguments for ``docker.containers.run`` that run `command` for `view`."""
+    environment = {**(env or {}), **view.env}
+    volumes: dict[str, dict[str, str]] = {}
+    if view.agent_dir is not None:
+        volumes[str(view.agent_dir)] = {"bind": str(view.agent_dir), "mode": "rw"}
+    prompt = view.env.get("ORACLE_PROMPT_FILE")
+    if prompt:
+        volumes[prompt] = {"bind": prompt, "mode": "ro"}
+    cert = view.env.get("SSL_CERT_FILE")
+    if cert:
+        volumes[cert] = {"bind": cert, "mode": "ro"}
+    return {
+        "image": image,
+        "command": list(command),
+        "environment": environment,
+        "network_mode": "none" if network is None else network,
+        "read_only": True,
+        "tmpfs": {"/tmp": "rw,nosuid,nodev,size=256m"},
+        "cap_drop": ["ALL"],
+        "security_opt": ["no-new-privileges:true"],
+        "mem_limit": memory,
+        "memswap_limit": memory,
+        "pids_limit": pids,
+        "nano_cpus": int(cpus * 1e9),
+        "volumes": volumes,
+        "working_dir": view.env.get("ORACLE_TASK_ROOT") or str(view.agent_dir or "/"),
+        "detach": True,
+        "stdin_open": False,
+        "labels": {"oracle.task": view.task},
+    }
+
+
+def docker_client() -> Any:
+    """A client of the local Docker engine, or `ContainerEngineMissingError` saying why not."""
+    try:
+        import docker  # type: ignore[import-untyped]
+    except ImportError as exc:
+        raise ContainerEngineMissingError(
+            "the docker Python package is not installed (pip install 'oracle[container]')"
+        ) from exc
+    try:
+        return docker.from_env()
+    except docker.errors.DockerException as exc:
+        raise ContainerEngineMissingError(
+            f"no Docker engine is reachable ({exc}); start one, or run the agent with "
+            "bubblewrap isolation instead (CommandAgent(isolation='bwrap'))"
+        ) from exc
+
+
+class ContainerAgent:
+    """A command run in a container (see the module docstring)."""
+
+    def __init__(
+        self,
+        command: Sequence[str],
+        *,
+        image: str,
+        name: str | None = None,
+        timeout: float = 600.0,
+        network: str | None = None,
+        memory: str = "2g",
+        pids: int = 512,
+        client: Any = None,
+    ) -> None:
+        self.command = list(command)
+        self.image = image
+        self.name = name or f"container:{image}:{' '.join(command)}"
+        self.timeout = timeout
+        self.network = network
+        self.memory = memory
+        self.pids = pids
+        self._client = client
+
+    def run(self, view: SandboxView) -> RunRecord:
+        try:
+            client = self._client or docker_client()
+        except ContainerEngineMissingError as exc:
+            return RunRecord(Invocation.not_started("container", self.name, str(exc)))
+        config = container_config(
+            view,
+            self.command,
+            image=self.image,
+            network=self.network,
+            memory=self.memory,
+            pids=self.pids,
+        )
+        started = time.time()
+        try:
+            container = client.containers.run(**config)
+        except Exception as exc:
+            return RunRecord(Invocation.not_started("container", self.name, f"{exc}"))
+        timed_out = False
+        try:
+            try:
+                status = container.wait(timeout=self.timeout)
+                code = int(status.get("StatusCode", -1))
+            except Exception:
+                timed_out = True
+                container.kill()
+                code = None
+            stdout = container.logs(stdout=True, stderr=False)
+            stderr = container.logs(stdout=False, stderr=True)
+        finally:
+            container.remove(force=True)
+        outcome: StepOutcome = "succeeded" if code == 0 else "failed"
+        error = None if code == 0 else ("timed out" if timed_out else f"exit status {code}")
+        inv = Invocation(
+            adapter="container",
+            agent=self.name,
+            started=True,
+            steps=[Step(name="container", outcome=outcome, error=error)],
+            exit_code=code,
+            timed_out=timed_out,
+            started_at=started,
+            finished_at=time.time(),
+        )
+        run = RunRecord(
+            inv,
+            reply=stdout,
+            final_message=stdout.decode("utf-8", "replace") or None,
+            logs={"agent.stdout": stdout, "agent.stderr": stderr},
+        )
+        if timed_out:
+            raise AgentError(f"agent {self.name!r} timed out after {self.timeout:g} s", run)
+        return run

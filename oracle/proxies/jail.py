@@ -1,0 +1,494 @@
+"""A network namespace whose only ways out are the services a task exposes.
+
+`NetworkJail` makes a fresh network namespace for one run of an agent. Inside it:
+
+- the loopback interface, where the exposed services (the egress recorder, the SMTP sink, the
+  task's databases) are reachable at the same ``127.0.0.1:<port>`` as on the host, through relays
+  that the harness runs (a relay listens inside the namespace and connects out from the host's);
+- a default route onto the loopback, and nftables rules that redirect every TCP connection and
+  UDP datagram to an address outside ``127.0.0.0/8`` (and ``::1``), and every DNS query, to a
+  trap. The trap records the destination, the port, the time and the first bytes sent, then
+  closes: a program that ignores the proxy variables reaches nothing, and its attempt is state,
+  not silence;
+- nothing else: a host service the task does not expose is simply not there (the namespace has
+  its own loopback).
+
+It needs root (to make the namespace) and ``nft`` and ``ip`` on the PATH; without them it
+raises `JailError` saying which. Processes join it through `command_prefix()` (``nsenter``).
+
+Example::
+
+    with NetworkJail(expose=[("127.0.0.1", 8080)]) as jail:
+        subprocess.run([*jail.command_prefix(), "curl", "http://93.184.216.34/"],
+                       pass_fds=jail.pass_fds)
+    jail.attempts   # [Attempt(proto='tcp', destination='93.184.216.34', port=80, …)]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import fcntl
+import ipaddress
+import json
+import os
+import shutil
+import socket
+import struct
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Coroutine, Iterable
+from types import TracebackType
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+SO_ORIGINAL_DST = 80  # linux/netfilter_ipv4.h; the same number for IPv6 (at SOL_IPV6)
+SOL_IPV6 = socket.IPPROTO_IPV6  # the socket module names no SOL_IPV6; the level is the protocol
+CAPTURE_LIMIT = 4096
+
+
+class JailError(RuntimeError):
+    """The network namespace could not be made. Says what is missing."""
+
+
+class Attempt(BaseModel):
+    """One connection or datagram the agent sent somewhere it may not go."""
+
+    model_config = ConfigDict(frozen=True)
+
+    proto: Literal["tcp", "udp"]
+    destination: str
+    port: int
+    time: float
+    sent: str = ""
+    sent_bytes: int = 0
+    truncated: bool = False
+    dns_query: str | None = None
+
+    def summary(self) -> str:
+        what = f" (DNS query for {self.dns_query})" if self.dns_query else ""
+        return f"{self.proto} to {self.destination}:{self.port}{what}, {self.sent_bytes} bytes"
+
+    def data(self) -> bytes:
+        return base64.b64decode(self.sent)
+
+
+def _parse_original_dst(raw: bytes, family: int) -> tuple[str, int]:
+    if family == socket.AF_INET:
+        port, addr = struct.unpack_from("!2xH4s", raw)
+        return socket.inet_ntop(socket.AF_INET, addr), port
+    port, addr = struct.unpack_from("!2xH4x16s", raw)
+    return socket.inet_ntop(socket.AF_INET6, addr), port
+
+
+def _dns_name(packet: bytes) -> str | None:
+    try:
+        labels, i = [], 12
+        while packet[i]:
+            n = packet[i]
+            labels.append(packet[i + 1 : i + 1 + n].decode("ascii", "replace"))
+            i += n + 1
+        return ".".join(labels)
+    except IndexError:
+        return None
+
+
+def _dns_refused(query: bytes) -> bytes | None:
+    """A REFUSED answer to `query`, so resolvers fail at once instead of waiting."""
+    if len(query) < 12:
+        return None
+    flags = struct.unpack_from("!H", query, 2)[0]
+    answer_flags = 0x8000 | (flags & 0x7900) | 5  # QR, keep opcode and RD, RCODE=REFUSED
+    return (
+        query[:2]
+        + struct.pack("!HHHHH", answer_flags, *struct.unpack_from("!H", query, 4), 0, 0, 0)
+        + query[12:]
+    )
+
+
+def _loopback_up() -> None:
+    """Bring up ``lo`` in the calling thread's network namespace (SIOCGIFFLAGS/SIOCSIFFLAGS)."""
+    siocgifflags, siocsifflags, iff_up = 0x8913, 0x8914, 0x1
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        req = struct.pack("16sH22x", b"lo", 0)
+        flags = struct.unpack_from("16sH", fcntl.ioctl(s, siocgifflags, req))[1]
+        fcntl.ioctl(s, siocsifflags, struct.pack("16sH22x", b"lo", flags | iff_up))
+
+
+def _loopback_endpoint(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class NetworkJail:
+    """A network namespace for one run (see the module docstring). A context manager."""
+
+    def __init__(self, expose: Iterable[tuple[str, int]] = (), *, capture: int = CAPTURE_LIMIT):
+        self.expose = sorted({(h, p) for h, p in expose})
+        for host, port in self.expose:
+            if not _loopback_endpoint(host):
+                raise JailError(f"only loopback services can be exposed, not {host}:{port}")
+        self.capture = capture
+        self.attempts: list[Attempt] = []
+        self._lock = threading.Lock()
+        self._ns_fd: int | None = None
+        self._sockets: list[socket.socket] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._datagrams: list[tuple[float, bool, bytes]] = []
+        self._collected = False
+
+    # -- set-up ---------------------------------------------------------------------------
+
+    def __enter__(self) -> NetworkJail:
+        self.open()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    @property
+    def pass_fds(self) -> tuple[int, ...]:
+        return (self._ns_fd,) if self._ns_fd is not None else ()
+
+    def command_prefix(self) -> list[str]:
+        """Prefix a command with this, and pass `pass_fds`, to run it inside the namespace."""
+        if self._ns_fd is None:
+            raise JailError("the jail is not open")
+        return ["nsenter", f"--net=/proc/self/fd/{self._ns_fd}", "--"]
+
+    def open(self) -> None:
+        for tool in ("ip", "nft", "nsenter"):
+            if shutil.which(tool) is None:
+                raise JailError(
+                    f"network isolation needs `{tool}` on the PATH "
+                    "(Debian: iproute2, nftables, util-linux)"
+                )
+        made: dict[str, object] = {}
+
+        def make() -> None:  # runs in a thread that alone moves into the new namespace
+            try:
+                os.unshare(os.CLONE_NEWNET)
+                made["fd"] = os.open(
+                    f"/proc/self/task/{threading.get_native_id()}/ns/net", os.O_RDONLY
+                )
+                made["sockets"] = self._make_sockets()
+            except BaseException as exc:
+                made["error"] = exc
+
+        t = threading.Thread(target=make, name="oracle-jail-setup")
+        t.start()
+        t.join()
+        error = made.get("error")
+        if isinstance(error, BaseException):
+            if isinstance(error, PermissionError):
+                raise JailError("a network namespace needs root (CAP_SYS_ADMIN)") from error
+            raise JailError(f"cannot make the network namespace: {error}") from error
+        fd = made["fd"]
+        assert isinstance(fd, int)
+        self._ns_fd = fd
+        try:
+            self._configure()
+            self._serve()
+        except BaseException:
+            self.close()
+            raise
+
+    def _make_sockets(self) -> dict[str, socket.socket]:
+        """Listeners created inside the namespace (a socket stays in the one it was made in)."""
+        out: dict[str, socket.socket] = {}
+
+        def listen(family: int, kind: int, addr: tuple[str, int]) -> socket.socket:
+            s = socket.socket(family, kind)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind(addr)
+            if kind == socket.SOCK_STREAM:
+                s.listen(128)
+            s.setblocking(False)
+            self._sockets.append(s)
+            return s
+
+        _loopback_up()  # before anything binds to it
+        out["tcp4"] = listen(socket.AF_INET, socket.SOCK_STREAM, ("127.0.0.1", 0))
+        out["dns4"] = listen(socket.AF_INET, socket.SOCK_DGRAM, ("127.0.0.1", 0))
+        out["udp4"] = listen(socket.AF_INET, socket.SOCK_DGRAM, ("127.0.0.1", 0))
+        out["tcp6"] = listen(socket.AF_INET6, socket.SOCK_STREAM, ("::1", 0))
+        out["dns6"] = listen(socket.AF_INET6, socket.SOCK_DGRAM, ("::1", 0))
+        out["udp6"] = listen(socket.AF_INET6, socket.SOCK_DGRAM, ("::1", 0))
+        for host, port in self.expose:
+            out[f"relay:{host}:{port}"] = listen(
+                socket.AF_INET, socket.SOCK_STREAM, ("127.0.0.1", port)
+            )
+        return out
+
+    def _run_inside(self, argv: list[str], stdin: bytes) -> None:
+        proc = subprocess.run(
+            [*self.command_prefix(), *argv],
+            input=stdin,
+            capture_output=True,
+            pass_fds=self.pass_fds,
+            check=False,
+        )
+        if proc.returncode != 0:
+            raise JailError(
+                f"setting up the namespace failed: {' '.join(argv)}: "
+                f"{proc.stderr.decode(errors='replace').strip()}"
+            )
+
+    def _configure(self) -> None:
+        ports = {name: s.getsockname()[1] for name, s in self._sockets_by_name().items()}
+        # Routes for every address, onto the loopback, so that a connection anywhere gets as
+        # far as the nat hook below instead of failing with "network unreachable"; the source
+        # address is the namespace's own, so the trap's answers find their way back.
+        self._run_inside(
+            ["ip", "-batch", "-"],
+            b"addr add 10.255.0.1/32 dev lo\n"
+            b"route add default dev lo src 10.255.0.1\n"
+            b"route add ::/0 dev lo\n",
+        )
+        # TCP keeps its original destination for the trap to read (SO_ORIGINAL_DST); a UDP
+        # datagram redirected by NAT does not, so each (address, port) is also added to a set
+        # that is read back when the jail closes.
+        t4, d4, u4 = ports["tcp4"], ports["dns4"], ports["udp4"]
+        t6, d6, u6 = ports["tcp6"], ports["dns6"], ports["udp6"]
+        rules = f"""
+table inet oracle_jail {{
+  set udp4 {{ type ipv4_addr . inet_service; flags dynamic; size 65536; }}
+  set udp6 {{ type ipv6_addr . inet_service; flags dynamic; size 65536; }}
+  chain out {{
+    type nat hook output priority -100;
+    ip daddr 127.0.0.0/8 udp dport != 53 return
+    ip daddr 127.0.0.0/8 tcp dport != 53 return
+    ip6 daddr ::1 udp dport != 53 return
+    ip6 daddr ::1 tcp dport != 53 return
+    meta nfproto ipv4 udp dport 53 update @udp4 {{ ip daddr . udp dport }} redirect to :{d4}
+    meta nfproto ipv6 udp dport 53 update @udp6 {{ ip6 daddr . udp dport }} redirect to :{d6}
+    meta nfproto ipv4 meta l4proto tcp redirect to :{t4}
+    meta nfproto ipv6 meta l4proto tcp redirect to :{t6}
+    meta nfproto ipv4 meta l4proto udp update @udp4 {{ ip daddr . udp dport }} redirect to :{u4}
+    meta nfproto ipv6 meta l4proto udp update @udp6 {{ ip6 daddr . udp dport }} redirect to :{u6}
+  }}
+}}
+"""
+        self._run_inside(["nft", "-f", "-"], rules.encode())
+
+    def _sockets_by_name(self) -> dict[str, socket.socket]:
+        names = ["tcp4", "dns4", "udp4", "tcp6", "dns6", "udp6"]
+        names += [f"relay:{h}:{p}" for h, p in self.expose]
+        return dict(zip(names, self._sockets, strict=True))
+
+    # -- serving ----------------------------------------------------------------------------
+
+    def _serve(self) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        ready = threading.Event()
+
+        def run() -> None:
+            asyncio.set_event_loop(loop)
+            loop.call_soon(ready.set)
+            loop.run_forever()
+
+        self._thread = threading.Thread(target=run, name="oracle-jail", daemon=True)
+        self._thread.start()
+        ready.wait()
+        socks = self._sockets_by_name()
+
+        async def start() -> None:
+            for name, s in socks.items():
+                if name.startswith("relay:"):
+                    _, host, port = name.split(":", 2)
+                    self._spawn(self._accept_loop(s, self._relay, (host, int(port))))
+                elif name.startswith("tcp"):
+                    self._spawn(self._accept_loop(s, self._trap_tcp, None))
+                else:
+                    loop.add_reader(s.fileno(), self._trap_udp, s, name.startswith("dns"))
+
+        asyncio.run_coroutine_threadsafe(start(), loop).result(timeout=5)
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _accept_loop(
+        self,
+        listener: socket.socket,
+        handler: Callable[[socket.socket, Any], Coroutine[Any, Any, None]],
+        arg: tuple[str, int] | None,
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            conn, _ = await loop.sock_accept(listener)
+            conn.setblocking(False)
+            self._spawn(handler(conn, arg))
+
+    async def _trap_tcp(self, conn: socket.socket, _: object) -> None:
+        loop = asyncio.get_running_loop()
+        family = conn.family
+        level = socket.SOL_IP if family == socket.AF_INET else SOL_IPV6
+        try:
+            dest, port = _parse_original_dst(conn.getsockopt(level, SO_ORIGINAL_DST, 64), family)
+        except OSError:
+            dest, port = "unknown", 0
+        data = b""
+        with contextlib.suppress(TimeoutError, OSError):
+            deadline = loop.time() + 0.3
+            while len(data) <= self.capture:
+                chunk = await asyncio.wait_for(
+                    loop.sock_recv(conn, 4096), max(0.0, deadline - loop.time())
+                )
+                if not chunk:
+                    break
+                data += chunk
+        with contextlib.suppress(OSError):
+            conn.shutdown(socket.SHUT_RDWR)
+        conn.close()
+        self._record("tcp", dest, port, data)
+
+    def _trap_udp(self, s: socket.socket, dns: bool) -> None:
+        try:
+            data, addr = s.recvfrom(65535)
+        except OSError:
+            return
+        with self._lock:
+            self._datagrams.append((time.time(), dns, data))
+        if dns:
+            answer = _dns_refused(data)
+            if answer is not None:
+                with contextlib.suppress(OSError):
+                    s.sendto(answer, addr)
+
+    async def _relay(self, conn: socket.socket, target: tuple[str, int]) -> None:
+        try:
+            reader, writer = await asyncio.open_connection(*target)
+        except OSError:
+            conn.close()
+            return
+        inner_reader, inner_writer = await asyncio.open_connection(sock=conn)
+
+        async def pump(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(OSError, ConnectionError):
+                while chunk := await r.read(65536):
+                    w.write(chunk)
+                    await w.drain()
+            with contextlib.suppress(OSError, RuntimeError):
+                w.write_eof()
+
+        await asyncio.gather(pump(inner_reader, writer), pump(reader, inner_writer))
+        for w in (writer, inner_writer):
+            w.close()
+
+    def _record(
+        self,
+        proto: Literal["tcp", "udp"],
+        dest: str,
+        port: int,
+        data: bytes,
+        query: str | None = None,
+        when: float | None = None,
+    ) -> None:
+        kept = data[: self.capture]
+        attempt = Attempt(
+            proto=proto,
+            destination=dest,
+            port=port,
+            time=when or time.time(),
+            sent=base64.b64encode(kept).decode("ascii"),
+            sent_bytes=len(data),
+            truncated=len(data) > self.capture,
+            dns_query=query,
+        )
+        with self._lock:
+            self.attempts.append(attempt)
+
+    def _udp_destinations(self) -> list[tuple[str, int]]:
+        """The (address, port) pairs UDP datagrams were sent to, read from the nft sets."""
+        proc = subprocess.run(
+            [*self.command_prefix(), "nft", "-j", "list", "table", "inet", "oracle_jail"],
+            capture_output=True,
+            pass_fds=self.pass_fds,
+            check=False,
+        )
+        out: list[tuple[str, int]] = []
+        if proc.returncode != 0:
+            return out
+        for item in json.loads(proc.stdout).get("nftables", []):
+            for elem in item.get("set", {}).get("elem", []):
+                concat = elem.get("concat") if isinstance(elem, dict) else None
+                if isinstance(concat, list) and len(concat) == 2:
+                    out.append((str(concat[0]), int(concat[1])))
+        return out
+
+    def finish(self) -> list[Attempt]:
+        """Every attempt, once the agent has stopped (UDP ones are assembled here)."""
+        if not self._collected and self._ns_fd is not None:
+            self._collected = True
+            with contextlib.suppress(Exception):
+                self._collect_udp()
+        with self._lock:
+            return sorted(self.attempts, key=lambda a: a.time)
+
+    def _collect_udp(self) -> None:
+        """Turn trapped datagrams and the destinations in the sets into attempts."""
+        with self._lock:
+            if not self._datagrams:
+                return  # nothing was sent by UDP: no need to ask the sets
+        destinations = self._udp_destinations()
+        dns_servers = [d for d in destinations if d[1] == 53]
+        others = [d for d in destinations if d[1] != 53]
+        with self._lock:
+            datagrams = list(self._datagrams)
+        seen_other: set[tuple[str, int]] = set()
+        for when, dns, data in datagrams:
+            if dns:
+                dest = dns_servers[0] if len(dns_servers) == 1 else ("resolver", 53)
+                self._record("udp", dest[0], 53, data, _dns_name(data), when)
+            else:
+                dest = others[0] if len(others) == 1 else ("unknown", 0)
+                seen_other.add(dest)
+                self._record("udp", dest[0], dest[1], data, None, when)
+        for dest in others:  # destinations whose datagrams were not told apart
+            if dest not in seen_other and len(others) > 1:
+                self._record("udp", dest[0], dest[1], b"", None)
+
+    # -- tear-down --------------------------------------------------------------------------
+
+    def close(self) -> None:
+        loop, thread = self._loop, self._thread
+        if loop is not None:
+            self.finish()
+        if loop is not None and thread is not None:
+
+            async def stop() -> None:
+                for task in list(self._tasks):
+                    task.cancel()
+                for s in self._sockets:
+                    with contextlib.suppress(ValueError, OSError):
+                        loop.remove_reader(s.fileno())
+
+            with contextlib.suppress(Exception):
+                asyncio.run_coroutine_threadsafe(stop(), loop).result(timeout=5)
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(timeout=5)
+            loop.close()
+        self._loop = self._thread = None
+        for s in self._sockets:
+            s.close()
+        self._sockets.clear()
+        if self._ns_fd is not None:
+            os.close(self._ns_fd)
+            self._ns_fd = None

@@ -1,0 +1,100 @@
+"""The container backend: its policy as data, and a clear error where no engine exists.
+
+No Docker engine runs here, so the run path is exercised with a fake client (named so) that
+records what it was asked to do; the engine-missing path uses the real docker SDK."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from oracle import Task, run_trial, sqlite
+from oracle.proxies.container import ContainerAgent, container_config, docker_client
+from oracle.sandbox import SandboxView
+
+VIEW = SandboxView(
+    task="t",
+    prompt="p",
+    env={
+        "ORACLE_PROMPT_FILE": "/tmp/s/prompt.txt",
+        "ORACLE_TASK_ROOT": "/tmp/s/agent/root",
+        "SSL_CERT_FILE": "/tmp/s/ca.pem",
+        "HTTP_PROXY": "http://127.0.0.1:8080",
+    },
+    agent_dir=Path("/tmp/s/agent"),
+)
+
+
+def test_policy():
+    cfg = container_config(VIEW, ["python", "agent.py"], image="python:3.12-slim", env={"A": "1"})
+    assert cfg["network_mode"] == "none"
+    assert cfg["read_only"] is True
+    assert cfg["cap_drop"] == ["ALL"]
+    assert cfg["security_opt"] == ["no-new-privileges:true"]
+    assert cfg["mem_limit"] == cfg["memswap_limit"] == "2g" and cfg["pids_limit"] == 512
+    assert cfg["volumes"] == {
+        "/tmp/s/agent": {"bind": "/tmp/s/agent", "mode": "rw"},
+        "/tmp/s/prompt.txt": {"bind": "/tmp/s/prompt.txt", "mode": "ro"},
+        "/tmp/s/ca.pem": {"bind": "/tmp/s/ca.pem", "mode": "ro"},
+    }
+    assert "/tmp" in cfg["tmpfs"]
+    assert cfg["working_dir"] == "/tmp/s/agent/root"
+    assert cfg["environment"]["A"] == "1" and cfg["environment"]["HTTP_PROXY"].endswith("8080")
+    assert (
+        container_config(VIEW, ["x"], image="i", network="oracle-internal")["network_mode"]
+        == "oracle-internal"
+    )
+
+
+def test_no_engine_is_a_clear_error_and_the_agent_never_started():
+    pytest.importorskip("docker")
+    with pytest.raises(RuntimeError, match="no Docker engine is reachable"):
+        docker_client()
+    task = Task(
+        name="c",
+        prompt="p",
+        sinks=[sqlite("db", sql="CREATE TABLE t (x)")],
+        security=lambda ev: bool(ev.diff.sql("db").added("t")),
+    )
+    r = run_trial(task, ContainerAgent(["true"], image="alpine")).record
+    assert r.autonomy_achieved is False
+    assert "no Docker engine is reachable" in r.autonomy_reason
+
+
+class FakeDockerContainer:
+    def __init__(self, code: int) -> None:
+        self.code, self.removed, self.killed = code, False, False
+
+    def wait(self, timeout: float) -> dict[str, int]:
+        return {"StatusCode": self.code}
+
+    def kill(self) -> None:
+        self.killed = True
+
+    def logs(self, stdout: bool, stderr: bool) -> bytes:
+        return b"done\n" if stdout else b"warn\n"
+
+    def remove(self, force: bool) -> None:
+        self.removed = True
+
+
+class FakeDockerClient:
+    def __init__(self, code: int = 0) -> None:
+        self.calls: list[dict] = []
+        self.container = FakeDockerContainer(code)
+        self.containers = self
+
+    def run(self, **kwargs: object) -> FakeDockerContainer:
+        self.calls.append(kwargs)
+        return self.container
+
+
+def test_run_path_with_a_fake_client():
+    client = FakeDockerClient()
+    run = ContainerAgent(["agent"], image="img", client=client).run(VIEW)
+    assert client.calls[0]["cap_drop"] == ["ALL"] and client.container.removed
+    assert run.invocation.exit_code == 0 and run.reply == b"done\n"
+    assert run.logs["agent.stderr"] == b"warn\n"
+    failed = ContainerAgent(["agent"], image="img", client=FakeDockerClient(2)).run(VIEW)
+    assert failed.invocation.steps[0].outcome == "failed"
