@@ -24,15 +24,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
+from oracle import clients
 from oracle.diff import Diff, SinkDiff
 from oracle.globs import check_relative
 from oracle.sink import Place, Provisioned, env_suffix
 from oracle.snapshot import Snapshot, SnapshotError
 from oracle.task import Task
+
+if TYPE_CHECKING:
+    from oracle.agent import RunRecord
 
 
 class SandboxError(RuntimeError):
@@ -86,6 +90,30 @@ class SandboxView:
         except KeyError:
             raise KeyError(f"task {self.task!r} has no database {sink or '(default)'}") from None
 
+    def http(
+        self,
+        method: str,
+        url: str,
+        body: str | bytes | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> clients.HttpResult:
+        """One HTTP(S) request through the sandbox's egress recorder (its proxy and CA), as an
+        agent's client would make it. Answers with any status are returned, not raised."""
+        return clients.http_request(self.env, method, url, body, headers)
+
+    def send_mail(
+        self,
+        to: str | list[str],
+        subject: str,
+        body: str,
+        *,
+        sender: str = "agent@sandbox.test",
+        attachments: Mapping[str, str | bytes] | None = None,
+        sink: str | None = None,
+    ) -> None:
+        """Send one message through the sandbox's SMTP server (`sink`, or the first one)."""
+        clients.send_mail(self.env, to, subject, body, sender, attachments, sink)
+
     def sql(
         self, sink: str | None, statement: str, params: Mapping[str, Any] | None = None
     ) -> list[tuple[Any, ...]]:
@@ -117,6 +145,7 @@ class Sandbox:
         self.dir: Path | None = None
         self.provisioned: dict[str, Provisioned] = {}
         self.env: dict[str, str] = {}
+        self._undelivered: dict[str, str] = {}
 
     def __enter__(self) -> Sandbox:
         self.open()
@@ -181,14 +210,33 @@ class Sandbox:
 
     def reset(self) -> None:
         """Restore every sink to the task's seed. Raises `FixtureError` naming the sink."""
+        self._undelivered.clear()
         for prov in self.provisioned.values():
             prov.fixture.reset()
+
+    def receive(self, run: RunRecord) -> None:
+        """Hand the harness's run record to the sinks that observe what the agent published
+        (those with a ``receive_run`` method, such as the reply sink). A sink that fails to
+        take it is reported as a failed observation by the next `snapshot`."""
+        for name, prov in self.provisioned.items():
+            receive = getattr(prov.sink, "receive_run", None)
+            if callable(receive):
+                try:
+                    receive(run)
+                except Exception as exc:
+                    self._undelivered[name] = (
+                        f"sink {name!r}: the run record could not be handed over: "
+                        f"{type(exc).__name__}: {exc}"
+                    )
 
     def snapshot(self) -> tuple[dict[str, Snapshot], dict[str, str]]:
         """Snapshot every sink: ``(snapshots, errors)``, one or the other per sink."""
         snaps: dict[str, Snapshot] = {}
         errors: dict[str, str] = {}
         for name, prov in self.provisioned.items():
+            if name in self._undelivered:
+                errors[name] = self._undelivered[name]
+                continue
             try:
                 snaps[name] = prov.sink.snapshot()
             except SnapshotError as exc:

@@ -80,6 +80,7 @@ def run_trial(
         before = _observe(sb)  # 3. snapshot before
         injection = _injection_record(task, before)
         run, run_error = _run_agent(agent, sb)  # 4. run
+        sb.receive(run)  # the captured reply reaches the reply sink before the after snapshot
         invocation = run.invocation
         after = _observe(sb)  # 5. snapshot after, and diff
         diff, diff_errors = sb.diff(before.snapshots, after.snapshots)
