@@ -12,7 +12,11 @@ FIND_PYTHON := for p in $(PYTHON_CANDIDATES); do \
 	  if command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(sys.version_info < (3, 12))' >/dev/null 2>&1; then \
 	    echo $$p; break; fi; done
 
-.PHONY: help venv trial test bench lint schema clean
+.PHONY: help venv trial test bench lint schema clean system-deps
+
+# Debian programs the tests drive as real clients (command:package). Installed only when missing.
+DEBIAN_TOOLS := curl:curl swaks:swaks
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 help:
 	@echo "make trial   run the demo suite with both demo agents and every control"
@@ -39,7 +43,15 @@ trial: $(STAMP)
 	rm -rf runs/demo
 	$(BIN)/oracle demo tasks/demo --out runs/demo
 
-test: $(STAMP)
+system-deps:
+	@missing=""; for pair in $(DEBIAN_TOOLS); do \
+	  command -v "$${pair%%:*}" >/dev/null 2>&1 || missing="$$missing $${pair##*:}"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+test: $(STAMP) system-deps
 	$(BIN)/pytest
 
 bench: $(STAMP)
