@@ -34,7 +34,7 @@ from types import TracebackType
 from typing import IO, Any
 
 import oracle
-from oracle.proxies.egress_log import EgressRequest, fold, read_events
+from oracle.proxies.egress_log import EgressRequest, fold, open_tunnels, read_events
 from oracle.proxies.egress_policy import Canned, EgressPolicy
 
 __all__ = ["Canned", "EgressPolicy", "EgressRecorder", "EgressRequest", "RecorderError"]
@@ -301,14 +301,16 @@ class EgressRecorder:
     def requests(self, settle: float = 0.5) -> list[EgressRequest]:
         """The requests since the last reset, in the order they started.
 
-        A request still in progress is waited for up to `settle` seconds, then returned as
-        ``pending``. Raises `RecorderError` if the recorder is not running."""
+        A request still in progress (or a tunnel whose handshake has not finished) is waited
+        for up to `settle` seconds, then returned as ``pending``. Raises `RecorderError` if
+        the recorder is not running."""
         deadline = time.monotonic() + settle
         while True:
             self.check()
             events, self._offset = read_events(self.log_path, self._offset)
             self._events.extend(events)
             records = fold(self._events, self.spill_dir)
-            if all(r.state != "pending" for r in records) or time.monotonic() >= deadline:
+            settled = all(r.state != "pending" for r in records)
+            if (settled and not open_tunnels(self._events)) or time.monotonic() >= deadline:
                 return records
             time.sleep(0.01)

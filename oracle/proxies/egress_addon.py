@@ -280,6 +280,14 @@ class EgressAddon:
             event["body"] = {"id": state.id, **state.capture.event(False)}
         self.emit(event)
 
+    def http_connect(self, flow: http.HTTPFlow) -> None:
+        """A tunnel opens; until it carries TLS or TCP, a snapshot waits a moment for it (a
+        handshake that fails is recorded only when it has failed)."""
+        self.emit({"e": "tunnel", "conn": flow.client_conn.id, "t": time.time()})
+
+    def tls_established_client(self, data: tls.TlsData) -> None:
+        self.emit({"e": "tunnel_done", "conn": data.context.client.id})
+
     def tls_failed_client(self, data: tls.TlsData) -> None:
         """The client refused the handshake (most often: it does not trust the sandbox's CA).
         No request will follow; record the attempt with the reason."""
@@ -296,11 +304,13 @@ class EgressAddon:
                 "message": f"the client refused the TLS handshake: {data.conn.error}",
             }
         )
+        self.emit({"e": "tunnel_done", "conn": data.context.client.id})
 
     def tcp_start(self, flow: tcp.TCPFlow) -> None:
         """Raw TCP in a tunnel: recorded; closed unless the host is allowed."""
         host, port = flow.server_conn.address or ("", 0)
         state = self._tunnel(flow.client_conn, str(host), int(port), "TCP")
+        self.emit({"e": "tunnel_done", "conn": flow.client_conn.id})
         if self.policy.may_tunnel(str(host), int(port)):
             self.emit({"e": "answer_kind", "id": state.id, "answer": "passed"})
             self.emit({"e": "answer", "id": state.id, "t": time.time(), "status": None})

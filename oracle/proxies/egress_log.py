@@ -240,6 +240,17 @@ def fold(events: Iterable[Mapping[str, Any]], spill_dir: Path) -> list[EgressReq
     return [EgressRequest.model_validate(r) for _, r in sorted(records.items())]
 
 
+def open_tunnels(events: Iterable[Mapping[str, Any]]) -> set[str]:
+    """Tunnels (CONNECTs) that have not yet carried TLS or TCP, nor failed."""
+    opened: set[str] = set()
+    for ev in events:
+        if ev.get("e") == "tunnel":
+            opened.add(str(ev["conn"]))
+        elif ev.get("e") == "tunnel_done":
+            opened.discard(str(ev["conn"]))
+    return opened
+
+
 def iter_b64(pairs: Iterable[tuple[bytes, bytes]]) -> Iterator[list[str]]:
     """Header pairs as they go into the log: both halves base64, so no byte is lost."""
     for n, v in pairs:

@@ -262,6 +262,15 @@ class SmtpCapture:
             return
         attempts = 1 if self.requested_port else 5
         last: Exception | None = None
+        if self.requested_port:
+            # aiosmtpd reports a port it cannot bind only after its ready timeout: look first.
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+                try:
+                    probe.bind((self.host, self.requested_port))
+                except OSError as exc:
+                    raise SmtpError(
+                        self.name, f"could not listen on {self.host}:{self.requested_port}: {exc}"
+                    ) from exc
         for _ in range(attempts):
             port = self.requested_port or free_port(self.host)
             controller = _Controller(
