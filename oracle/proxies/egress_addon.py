@@ -134,6 +134,9 @@ class EgressAddon:
         self.flows: dict[str, _Flow] = {}
         self.next_id = 1
         self.drain: tuple[str, int] | None = None
+        #: Client connections that have not yet carried anything recorded (→ their CONNECT
+        #: target, if they asked for one). Recorded on disconnect, so nothing goes unseen.
+        self.quiet: dict[str, tuple[str, int] | None] = {}
         self.ready: asyncio.Event | None = None
 
     # -- the log ----------------------------------------------------------------------------
@@ -142,7 +145,11 @@ class EgressAddon:
         self.log.write(encode_event(event))
         self.log.flush()
 
-    def _start(self, flow_id: str, decision: Decision, fields: dict[str, Any]) -> _Flow:
+    def _start(
+        self, flow_id: str, decision: Decision, fields: dict[str, Any], conn: str | None = None
+    ) -> _Flow:
+        if conn is not None:
+            self.quiet.pop(conn, None)
         rid = self.next_id
         self.next_id += 1
         self.emit(
@@ -189,6 +196,7 @@ class EgressAddon:
                 "headers": list(iter_b64(req.headers.fields)),
                 "client": f"{client[0]}:{client[1]}" if client else "",
             },
+            flow.client_conn.id,
         )
         te = req.headers.get("transfer-encoding", "")
         try:
@@ -284,6 +292,44 @@ class EgressAddon:
         """A tunnel opens; until it carries TLS or TCP, a snapshot waits a moment for it (a
         handshake that fails is recorded only when it has failed)."""
         self.emit({"e": "tunnel", "conn": flow.client_conn.id, "t": time.time()})
+        if flow.client_conn.id in self.quiet:
+            self.quiet[flow.client_conn.id] = (flow.request.host, flow.request.port)
+
+    def client_connected(self, client: Any) -> None:
+        self.quiet[client.id] = None
+
+    def client_disconnected(self, client: Any) -> None:
+        """A connection that closes having carried nothing recorded (not HTTP, a malformed
+        request, a tunnel left unused) is recorded as such."""
+        if client.id not in self.quiet:
+            return
+        target = self.quiet.pop(client.id)
+        host, port = target if target is not None else ("", 0)
+        state = self._start(
+            f"conn:{client.id}",
+            Decision("blocked"),
+            {
+                "method": "CONNECT" if target is not None else "",
+                "scheme": "",
+                "host": host,
+                "port": port,
+                "path": "",
+                "url": f"{host}:{port}" if target is not None else "",
+                "http_version": "",
+                "headers": [],
+                "client": f"{client.peername[0]}:{client.peername[1]}" if client.peername else "",
+            },
+        )
+        self.flows.pop(f"conn:{client.id}", None)
+        self.emit(
+            {
+                "e": "error",
+                "id": state.id,
+                "t": time.time(),
+                "message": "the connection closed without a request the recorder could read "
+                "(not HTTP, malformed, or a tunnel left unused)",
+            }
+        )
 
     def tls_established_client(self, data: tls.TlsData) -> None:
         self.emit({"e": "tunnel_done", "conn": data.context.client.id})
@@ -329,6 +375,7 @@ class EgressAddon:
     def _tunnel(self, client: Any, host: str, port: int, method: str) -> _Flow:
         peer = getattr(client, "peername", None)
         decision = Decision("passed") if self.policy.may_tunnel(host, port) else Decision("blocked")
+        self.quiet.pop(getattr(client, "id", ""), None)
         return self._start(
             f"tls:{self.next_id}",
             decision,

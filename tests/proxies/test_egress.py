@@ -332,3 +332,23 @@ def test_canned_wins_over_allow_and_the_rest_is_blocked():
     assert policy.decide("a.test", 443, "/fake").answer == "canned"
     assert policy.decide("a.test", 443, "/real").answer == "passed"
     assert policy.decide("b.test", 443, "/").answer == "blocked"
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [b"HELLO\r\n\r\n", b"GET / HTTP/1.1\r\n\r\n", b"\x00" * 64, b""],
+    ids=["not-http", "no-host", "zeros", "nothing"],
+)
+def test_garbage_is_recorded_and_the_recorder_keeps_serving(rec, env, payload):
+    with socket.create_connection(("127.0.0.1", rec.port), timeout=10) as s:
+        s.sendall(payload)
+        s.settimeout(0.5)
+        with contextlib.suppress(TimeoutError, ConnectionError):
+            s.recv(1024)
+    out = curl(env, "http://after.invalid/")
+    assert "Blocked by the oracle sandbox" in out.stdout
+    records = rec.requests(settle=3.0)
+    garbage = [r for r in records if r.host != "after.invalid"]
+    assert len(garbage) == 1 and garbage[0].state == "failed"
+    assert garbage[0].error and "without a request the recorder could read" in garbage[0].error
+    assert [r.host for r in records if r.host == "after.invalid"] == ["after.invalid"]
