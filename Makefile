@@ -12,8 +12,9 @@ FIND_PYTHON := for p in $(PYTHON_CANDIDATES); do \
 	  if command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(sys.version_info < (3, 12))' >/dev/null 2>&1; then \
 	    echo $$p; break; fi; done
 
-# Programs the tests and isolated agents use: "<command>:<Debian package>".
-SYSTEM_TOOLS := bwrap:bubblewrap nft:nftables ip:iproute2 nsenter:util-linux sqlite3:sqlite3
+# Programs the tests, real clients and isolated agents use: "<command>:<Debian package>".
+SYSTEM_TOOLS := bwrap:bubblewrap nft:nftables ip:iproute2 nsenter:util-linux sqlite3:sqlite3 \
+	curl:curl swaks:swaks
 
 .PHONY: help venv system-deps trial test bench lint schema clean
 

@@ -27,8 +27,10 @@ from dataclasses import dataclass
 from importlib.metadata import version
 from typing import Any
 
+import bench_egress
 import bench_files
 import bench_isolation
+import bench_smtp
 import bench_sqlite
 from common import HERE, Result
 
@@ -45,6 +47,8 @@ BENCHMARKS: list[Benchmark] = [
     Benchmark(bench_sqlite.NAME, bench_sqlite.run),
     Benchmark(bench_files.NAME, bench_files.run),
     Benchmark(bench_isolation.NAME, bench_isolation.run),
+    Benchmark(bench_egress.NAME, bench_egress.run),
+    Benchmark(bench_smtp.NAME, bench_smtp.run),
 ]
 
 

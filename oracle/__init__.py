@@ -3,13 +3,27 @@
 The authoring surface, in one import::
 
     from oracle import Task, Injection, Scope, breach, clean, mirror, sqlite, folder, File, Link
+    from oracle import egress, Canned, smtp, maildir, mbox, Mail, reply
 
 See docs/authoring.md.
 """
 
 from oracle.agent import Agent, CallableAgent, RunRecord
 from oracle.evidence import Evidence
-from oracle.fixtures import Dir, File, Link, folder, sqlite
+from oracle.fixtures import (
+    Canned,
+    Dir,
+    File,
+    Link,
+    Mail,
+    egress,
+    folder,
+    maildir,
+    mbox,
+    reply,
+    smtp,
+    sqlite,
+)
 from oracle.loader import load_tasks
 from oracle.record import Cell, TrialRecord
 from oracle.sandbox import Sandbox, SandboxView
@@ -19,6 +33,7 @@ from oracle.trial import run_trial
 __all__ = [
     "Agent",
     "CallableAgent",
+    "Canned",
     "Cell",
     "Control",
     "Dir",
@@ -26,6 +41,7 @@ __all__ = [
     "File",
     "Injection",
     "Link",
+    "Mail",
     "RunRecord",
     "Sandbox",
     "SandboxView",
@@ -35,9 +51,14 @@ __all__ = [
     "TrialRecord",
     "breach",
     "clean",
+    "egress",
     "folder",
     "load_tasks",
+    "maildir",
+    "mbox",
     "mirror",
+    "reply",
     "run_trial",
+    "smtp",
     "sqlite",
 ]

@@ -15,7 +15,7 @@ import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -25,6 +25,7 @@ from oracle.agent import Agent, CallableAgent, noop
 from oracle.check import check_task
 from oracle.command import CommandAgent
 from oracle.controls import DEFAULT_TIMEOUT, ControlsReport, controls_of, prove
+from oracle.fixtures.egress import egress
 from oracle.loader import Loaded, load_tasks
 from oracle.record import Cell, TrialRecord, record_schema
 from oracle.render import (
@@ -57,6 +58,7 @@ class RunOptions:
     timeout: float = 600.0
     isolation: str = "bwrap"
     pass_env: tuple[str, ...] = ()
+    allow_hosts: tuple[str, ...] = ()
 
 
 def resolve_agent(spec: str, options: RunOptions | None = None) -> Agent:
@@ -147,8 +149,23 @@ def _checked(tasks: list[Task]) -> tuple[list[Task], list[str]]:
     return ok, refused
 
 
+def _sandbox_options(task: Task, options: RunOptions | None) -> dict[str, Any]:
+    """`--allow-host` for one task: hosts passed through its egress recorders, and a recorder
+    of the harness's own where the task declares none (else the agent reaches nothing)."""
+    if options is None or not options.allow_hosts:
+        return {}
+    extra = [] if any(s.kind == "egress" for s in task.sinks) else [egress("harness-egress")]
+    return {"allow_hosts": options.allow_hosts, "extra_sinks": extra}
+
+
 def run_trials(
-    tasks: list[Task], agents: list[Agent], out: Path, repetitions: int, model: str, profile: str
+    tasks: list[Task],
+    agents: list[Agent],
+    out: Path,
+    repetitions: int,
+    model: str,
+    profile: str,
+    options: RunOptions | None = None,
 ) -> list[TrialRecord]:
     records = []
     total = len(tasks) * len(agents) * repetitions
@@ -165,7 +182,11 @@ def run_trials(
                         model=model,
                         profile=profile,
                     )
-                    records.append(run_trial(task, agent, cell=cell, out=out).record)
+                    records.append(
+                        run_trial(
+                            task, agent, cell=cell, out=out, **_sandbox_options(task, options)
+                        ).record
+                    )
                     progress.advance(bar)
     return records
 
@@ -224,9 +245,22 @@ def trial(
             help="host environment variable a command agent gets (e.g. its model API key; repeat)",
         ),
     ] = None,
+    allow_host: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allow-host",
+            help="host the egress recorder passes through (and still records), e.g. the "
+            "agent's model API (repeat)",
+        ),
+    ] = None,
 ) -> None:
     """Run agents on tasks; print the verdicts and archive every trial."""
-    options = RunOptions(timeout=timeout, isolation=isolation, pass_env=tuple(pass_env or ()))
+    options = RunOptions(
+        timeout=timeout,
+        isolation=isolation,
+        pass_env=tuple(pass_env or ()),
+        allow_hosts=tuple(allow_host or ()),
+    )
     try:
         loaded = _load(paths, task)
         agents = [resolve_agent(a, options) for a in (agent or ["careful"])]
@@ -238,7 +272,7 @@ def trial(
     for msg in refused:
         console().print(f"[red]refused by check:[/red] {msg}")
     out = out or _default_out()
-    records = run_trials(tasks, agents, out, repetitions, model, profile)
+    records = run_trials(tasks, agents, out, repetitions, model, profile, options)
     c = console()
     c.print(verdict_table(records))
     c.print(summary_table(records))

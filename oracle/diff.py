@@ -13,7 +13,7 @@ that read like sentences::
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
@@ -21,11 +21,28 @@ from oracle.canonical import Json, to_jsonable
 from oracle.frozen import freeze
 
 if TYPE_CHECKING:
+    from oracle.canary import CanaryHit
+    from oracle.sinks.egress import EgressDiff
     from oracle.sinks.files import FileDiff
+    from oracle.sinks.inbox import InboxDiff
+    from oracle.sinks.mail import MailDiff
+    from oracle.sinks.reply import ReplyDiff
     from oracle.sinks.sql import SqlDiff
 
 
 _CHANGE_TYPES: dict[str, type[Change]] = {}
+
+
+class Content(NamedTuple):
+    """One piece of content a change added or changed, for searches across sinks.
+
+    ``field`` says where it sits (``"bio"``, ``"body"``, ``"header Authorization"``);
+    ``before`` is the value it replaced, when there was one, so that a search reports only
+    what the change brought in."""
+
+    field: str
+    value: str | bytes
+    before: str | bytes | None = None
 
 
 class Change(BaseModel):
@@ -56,6 +73,12 @@ class Change(BaseModel):
     def texts(self) -> Iterator[str]:
         """The text content this change added or changed (for searches across sinks)."""
         return iter(())
+
+    def contents(self) -> Iterator[Content]:
+        """The content this change added or changed, field by field (text or bytes). By
+        default the `texts`, as field ``"text"``; sinks override it to name their fields."""
+        for text in self.texts():
+            yield Content("text", text)
 
     def target(self) -> str:
         """What the change is to, inside its sink (a table, a path): scopes match on it."""
@@ -107,6 +130,13 @@ class SinkDiff:
     def of_type(self, cls: type[C]) -> list[C]:
         """The changes of one type, in order."""
         return [c for c in self.changes if isinstance(c, cls)]
+
+    def find_secret(self, secret: str | bytes) -> list[CanaryHit]:
+        """Where `secret` appears in what this sink's changes added, raw or encoded
+        (see `oracle.canary`)."""
+        from oracle.canary import search_changes
+
+        return search_changes(self.sink, self.changes, secret)
 
     def to_json(self) -> dict[str, Json]:
         """``{"sink", "kind", "changes": [...]}`` in canonical JSON form."""
@@ -187,6 +217,34 @@ class Diff(Mapping[str, SinkDiff]):
         """The diff of the file sink `sink`."""
         result: FileDiff = self._typed(sink, "files")
         return result
+
+    def egress(self, sink: str) -> EgressDiff:
+        """The diff of the egress sink `sink`: the requests made during the trial."""
+        result: EgressDiff = self._typed(sink, "egress")
+        return result
+
+    def mail(self, sink: str) -> MailDiff:
+        """The diff of the SMTP mailbox `sink`: the messages sent during the trial."""
+        result: MailDiff = self._typed(sink, "mail")
+        return result
+
+    def inbox(self, sink: str) -> InboxDiff:
+        """The diff of the Maildir or mbox `sink`: messages added, removed, re-flagged."""
+        result: InboxDiff = self._typed(sink, "inbox")
+        return result
+
+    def reply(self, sink: str = "reply") -> ReplyDiff:
+        """The diff of the reply sink: what the agent published as its reply."""
+        result: ReplyDiff = self._typed(sink, "reply")
+        return result
+
+    def find_secret(self, secret: str | bytes) -> list[CanaryHit]:
+        """Every place `secret` appears in content any sink's changes added or changed: raw,
+        base64, base32, hex, URL- or quoted-printable-encoded, also split across lines. Each
+        hit names the sink, the change, the field and the encoding (see `oracle.canary`)."""
+        from oracle.canary import search
+
+        return search(self, secret)
 
     def of_kind(self, kind: str) -> list[SinkDiff]:
         """Every sink diff of one kind (``"sql"``, ``"files"``…), ordered by sink name."""

@@ -20,11 +20,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from oracle.boundary import Boundary
 from oracle.diff import Diff
 from oracle.invocation import Invocation
 from oracle.snapshot import States
 from oracle.tools import ToolCall
-from oracle.verdict import ENVIRONMENT, HARNESS
+from oracle.verdict import BOUNDARY, ENVIRONMENT, HARNESS
 
 
 class ClaimNotEvidenceError(AttributeError):
@@ -56,6 +57,7 @@ class Evidence:
 
     - ``diff``: the typed changes per sink (environment)
     - ``before``, ``after``: every sink's snapshot (environment)
+    - ``boundary``: requests, mail and the reply that crossed the sandbox's edge (boundary)
     - ``harness``: the invocation record (harness; decides no utility or breach on its own)
     - ``task``: what the author wrote (prompt, injection text, secrets)
     """
@@ -110,6 +112,12 @@ class Evidence:
         """Every sink's snapshot after the agent ran."""
         self._read.add(ENVIRONMENT)
         return self._after
+
+    @property
+    def boundary(self) -> Boundary:
+        """What crossed the sandbox's edge: egress requests, mail sent, the reply."""
+        self._read.add(BOUNDARY)
+        return Boundary(self._diff)
 
     @property
     def harness(self) -> HarnessRecords:

@@ -14,7 +14,7 @@ Each finding names the sink, the change, and the claim or call it contradicts.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 
 from oracle.claims import Claim, Effect
 from oracle.diff import Change, Diff
@@ -29,12 +29,18 @@ REQUEST_KINDS = frozenset({"egress", "http", "api"})
 HARNESS_WRITTEN_KINDS = frozenset({"reply"})
 
 
-def scope_findings(scope: Scope | None, diff: Diff) -> list[Finding]:
-    """One finding per change that the task's scope does not allow (none without a scope)."""
+def scope_findings(
+    scope: Scope | None, diff: Diff, declared: Collection[str] | None = None
+) -> list[Finding]:
+    """One finding per change that the task's scope does not allow (none without a scope).
+    Only the task's own (`declared`) sinks are judged: a sink the harness added (a recorder
+    for a real agent's model API) is not the task's to scope."""
     if scope is None:
         return []
     out = []
     for sink, change in diff.changes():
+        if declared is not None and sink not in declared:
+            continue
         allowed = scope.allowed.get(sink)
         target = change.target()
         if allowed is not None and match_any(allowed, target):

@@ -24,15 +24,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
+from oracle import clients
 from oracle.diff import Diff, SinkDiff
 from oracle.globs import check_relative
-from oracle.sink import Place, Provisioned, env_suffix
+from oracle.sink import Place, Provisioned, SinkSpec, env_suffix
 from oracle.snapshot import Snapshot, SnapshotError
 from oracle.task import Task
+
+if TYPE_CHECKING:
+    from oracle.agent import RunRecord
 
 
 class SandboxError(RuntimeError):
@@ -92,6 +96,30 @@ class SandboxView:
         except KeyError:
             raise KeyError(f"task {self.task!r} has no database {sink or '(default)'}") from None
 
+    def http(
+        self,
+        method: str,
+        url: str,
+        body: str | bytes | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> clients.HttpResult:
+        """One HTTP(S) request through the sandbox's egress recorder (its proxy and CA), as an
+        agent's client would make it. Answers with any status are returned, not raised."""
+        return clients.http_request(self.env, method, url, body, headers)
+
+    def send_mail(
+        self,
+        to: str | list[str],
+        subject: str,
+        body: str,
+        *,
+        sender: str = "agent@sandbox.test",
+        attachments: Mapping[str, str | bytes] | None = None,
+        sink: str | None = None,
+    ) -> None:
+        """Send one message through the sandbox's SMTP server (`sink`, or the first one)."""
+        clients.send_mail(self.env, to, subject, body, sender, attachments, sink)
+
     def sql(
         self, sink: str | None, statement: str, params: Mapping[str, Any] | None = None
     ) -> list[tuple[Any, ...]]:
@@ -106,7 +134,12 @@ class SandboxView:
 
 
 class Sandbox:
-    """A task's sinks and fixtures in a private folder. See the module docstring."""
+    """A task's sinks and fixtures in a private folder. See the module docstring.
+
+    `allow_hosts` are passed through every egress recorder on top of the task's own allow-list
+    (a real agent's model API: still recorded); `extra_sinks` are the harness's own sinks
+    beside the task's (an egress recorder for a task that declares none).
+    """
 
     def __init__(
         self,
@@ -115,14 +148,19 @@ class Sandbox:
         workdir: Path | None = None,
         cache_dir: Path | None = None,
         tag: str = "t0",
+        allow_hosts: Sequence[str] = (),
+        extra_sinks: Sequence[SinkSpec] = (),
     ) -> None:
         self.task = task
         self._given_workdir = workdir
         self.cache_dir = cache_dir or default_cache_dir()
         self.tag = tag
+        self.allow_hosts = tuple(allow_hosts)
+        self.extra_sinks = tuple(extra_sinks)
         self.dir: Path | None = None
         self.provisioned: dict[str, Provisioned] = {}
         self.env: dict[str, str] = {}
+        self._undelivered: dict[str, str] = {}
 
     def __enter__(self) -> Sandbox:
         self.open()
@@ -143,14 +181,19 @@ class Sandbox:
             self.dir = Path(tempfile.mkdtemp(prefix="sandbox-", dir=self._given_workdir))
         else:
             self.dir = Path(tempfile.mkdtemp(prefix=f"oracle-{self.task.name}-"))
-        place = Place(agent_dir=self.dir / "agent", cache_dir=self.cache_dir, tag=self.tag)
+        place = Place(
+            agent_dir=self.dir / "agent",
+            cache_dir=self.cache_dir,
+            tag=self.tag,
+            allow_hosts=self.allow_hosts,
+        )
         place.agent_dir.mkdir()
         prompt_file = self.dir / "prompt.txt"
         prompt_file.write_text(self.task.prompt, encoding="utf-8")
         env = {"ORACLE_PROMPT_FILE": str(prompt_file), "ORACLE_TASK": self.task.name}
         aliases: dict[str, str] = {}
         try:
-            for spec in self.task.sinks:
+            for spec in self._specs():
                 try:
                     prov = spec.provision(place, self.task.base_dir)
                     prov.fixture.seed()
@@ -166,6 +209,17 @@ class Sandbox:
             self.close()
             raise
         self.env = {**aliases, **env}
+
+    def _specs(self) -> list[SinkSpec]:
+        """The task's sinks, then the harness's own (`extra_sinks`) under names the task does
+        not use."""
+        names = {s.name for s in self.task.sinks}
+        clash = [s.name for s in self.extra_sinks if s.name in names]
+        if clash:
+            raise SandboxError(
+                f"task {self.task.name!r} already has sinks named {', '.join(clash)}"
+            )
+        return [*self.task.sinks, *self.extra_sinks]
 
     def close(self) -> None:
         """Tear every fixture down and remove the sandbox folder."""
@@ -195,14 +249,33 @@ class Sandbox:
 
     def reset(self) -> None:
         """Restore every sink to the task's seed. Raises `FixtureError` naming the sink."""
+        self._undelivered.clear()
         for prov in self.provisioned.values():
             prov.fixture.reset()
+
+    def receive(self, run: RunRecord) -> None:
+        """Hand the harness's run record to the sinks that observe what the agent published
+        (those with a ``receive_run`` method, such as the reply sink). A sink that fails to
+        take it is reported as a failed observation by the next `snapshot`."""
+        for name, prov in self.provisioned.items():
+            receive = getattr(prov.sink, "receive_run", None)
+            if callable(receive):
+                try:
+                    receive(run)
+                except Exception as exc:
+                    self._undelivered[name] = (
+                        f"sink {name!r}: the run record could not be handed over: "
+                        f"{type(exc).__name__}: {exc}"
+                    )
 
     def snapshot(self) -> tuple[dict[str, Snapshot], dict[str, str]]:
         """Snapshot every sink: ``(snapshots, errors)``, one or the other per sink."""
         snaps: dict[str, Snapshot] = {}
         errors: dict[str, str] = {}
         for name, prov in self.provisioned.items():
+            if name in self._undelivered:
+                errors[name] = self._undelivered[name]
+                continue
             try:
                 snaps[name] = prov.sink.snapshot()
             except SnapshotError as exc:

@@ -85,6 +85,9 @@ class Place:
     agent_dir: Path
     cache_dir: Path
     tag: str = "t0"
+    #: Hosts the harness allows through every egress recorder on top of the task's own
+    #: (a real agent's model API): passed through, still recorded.
+    allow_hosts: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

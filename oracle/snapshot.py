@@ -14,7 +14,11 @@ from oracle.canonical import Json
 from oracle.diff import UnknownSinkError
 
 if TYPE_CHECKING:
+    from oracle.sinks.egress import EgressState
     from oracle.sinks.files import FolderState
+    from oracle.sinks.inbox import InboxState
+    from oracle.sinks.mail import MailState
+    from oracle.sinks.reply import ReplyState
     from oracle.sinks.sql import SqlState
 
 
@@ -100,4 +104,24 @@ class States(Mapping[str, Snapshot]):
     def files(self, sink: str) -> FolderState:
         """The state of the file sink `sink`: ``text(path)``, ``exists(path)``…"""
         state: FolderState = self._state(sink, "files")
+        return state
+
+    def egress(self, sink: str) -> EgressState:
+        """The state of the egress sink `sink`: ``requests(host=…)``."""
+        state: EgressState = self._state(sink, "egress")
+        return state
+
+    def mail(self, sink: str) -> MailState:
+        """The state of the SMTP mailbox `sink`: the messages captured so far."""
+        state: MailState = self._state(sink, "mail")
+        return state
+
+    def inbox(self, sink: str) -> InboxState:
+        """The state of the Maildir or mbox `sink`: ``messages()``, ``message(key)``."""
+        state: InboxState = self._state(sink, "inbox")
+        return state
+
+    def reply(self, sink: str = "reply") -> ReplyState:
+        """The state of the reply sink: the reply, once the agent has run."""
+        state: ReplyState = self._state(sink, "reply")
         return state

@@ -9,7 +9,7 @@ changed" when it was not observed.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +37,7 @@ from oracle.record import (
     TrialRecord,
 )
 from oracle.sandbox import Sandbox
+from oracle.sink import SinkSpec
 from oracle.snapshot import Snapshot, States
 from oracle.task import Task
 from oracle.verdict import Metric, Outcome, Verdicts, decide
@@ -96,10 +97,13 @@ def run_trial(
     out: Path | None = None,
     sandbox: Sandbox | None = None,
     controls: ControlsStatus | None = None,
+    allow_hosts: Sequence[str] = (),
+    extra_sinks: Sequence[SinkSpec] = (),
 ) -> TrialResult:
     """Run `agent` on `task` once and return the record (archived under `out` if given).
 
-    Pass an open `sandbox` to reuse it across trials (it is reset first either way).
+    Pass an open `sandbox` to reuse it across trials (it is reset first either way); otherwise
+    one is opened with `allow_hosts` and `extra_sinks` (see `Sandbox`).
     `controls` is the task's controls status; by default it is read from beside the task
     file. Control runs pass ``ControlsStatus(status="control")``: injection reach is recorded
     but does not make their security verdict unknown.
@@ -112,7 +116,9 @@ def run_trial(
     )
     with ExitStack() as stack:
         try:
-            sb = sandbox or stack.enter_context(Sandbox(task))
+            sb = sandbox or stack.enter_context(
+                Sandbox(task, allow_hosts=allow_hosts, extra_sinks=extra_sinks)
+            )
         except Exception as exc:
             t.error = f"sandbox could not open: {exc}"
             return _finish(t, out)
@@ -125,6 +131,7 @@ def run_trial(
         t.before = _observe(sb)  # 3. snapshot before
         probe = _arm_reach_probe(sb, task, t.before)
         t.run, t.error = _run_agent(agent, sb, out)  # 4. run
+        sb.receive(t.run)  # the captured reply reaches the reply sink before the after snapshot
         t.injection = _injection_record(t, probe)
         t.after = _observe(sb)  # 5. snapshot after, and diff
         t.diff, diff_errors = sb.diff(t.before.snapshots, t.after.snapshots)
@@ -240,7 +247,7 @@ def _discrepancies(t: _Trial, sb: Sandbox) -> list[Finding]:
     run = t.run
     claims = parse_claims(run.final_message if run else None)
     return [
-        *scope_findings(t.task.scope, t.diff),
+        *scope_findings(t.task.scope, t.diff, set(t.task.sink_names())),
         *claim_findings(claims, t.diff, kinds, names),
         *call_findings(run.tool_calls if run else None, t.diff, kinds),
     ]

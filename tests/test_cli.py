@@ -29,11 +29,12 @@ def test_demo_prints_the_verdict_table_and_passes(tmp_path):
     text = out.stdout
     assert "obedient" in text and "careful" in text
     assert "every control behaves" in text
-    for task in ("orders-cleanup", "log-level", "release-notes", "user-rename"):
+    tasks = ("orders-cleanup", "log-level", "release-notes", "user-rename")
+    for task in (*tasks, "key-exfil", "mail-forward", "reply-phishing"):
         assert task in text
-    assert "1.00 (4/4)" in text and "0.00 (0/4)" in text
+    assert "1.00 (7/7)" in text and "0.00 (0/7)" in text
     records = list((tmp_path / "runs").rglob("record.json"))
-    assert len(records) == 8 + 13 + 4  # two agents × four tasks, every control, four no-ops
+    assert len(records) == 14 + 24 + 7  # two agents × seven tasks, every control, 7 no-ops
 
 
 def test_trial_archives_and_show_reads_them(tmp_path):

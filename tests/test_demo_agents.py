@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 from oracle import Sandbox, load_tasks
-from oracle.demo import runbook
+from oracle.demo import careful, runbook
 from tests.conftest import DEMO, REPO
 
 
@@ -46,3 +46,48 @@ def test_usage_error():
         timeout=60,
     )
     assert out.returncode == 2 and "usage" in out.stderr
+
+
+def test_runbook_verbs_with_a_colon():
+    text = "RUN reply: Hi Dana\nRUN post https://a.test/x: body\nRUN mail b@c.test: S | B\n"
+    assert runbook(text) == [
+        ("reply", "Hi Dana"),
+        ("post", "https://a.test/x: body"),
+        ("mail", "b@c.test: S | B"),
+    ]
+
+
+def test_obedient_program_forwards_customer_mail_through_the_real_smtp_server():
+    task = load_tasks([DEMO]).by_name("mail-forward")
+    with Sandbox(task) as sb:
+        sb.reset()
+        env = {**os.environ, **sb.view().env}
+        out = subprocess.run(
+            [sys.executable, "-m", "oracle.demo", "obedient"],
+            env=env,
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            check=True,
+            timeout=60,
+        )
+        assert "ran: forward subject:Invoice -> archive@mailbox-migration.test" in out.stdout
+        mail = sb.provisioned["outbox"].sink.snapshot().state  # type: ignore[attr-defined]
+        to = sorted(r for m in mail.accepted for r in m.envelope_to)
+        inbox = sb.provisioned["inbox"].sink.snapshot().state  # type: ignore[attr-defined]
+        flagged = [m.subject for m in inbox.messages(flags="P")]
+    assert to == ["archive@mailbox-migration.test", "billing@shop.test"]
+    assert flagged == ["Invoice 4411 billed twice"]
+
+
+def test_careful_fetches_the_page_but_posts_only_what_the_prompt_says():
+    task = load_tasks([DEMO]).by_name("key-exfil")
+    with Sandbox(task) as sb:
+        sb.reset()
+        careful(sb.view())
+        requests = sb.provisioned["net"].sink.snapshot().state.requests()  # type: ignore[attr-defined]
+    assert [(r.method, r.host) for r in requests] == [
+        ("GET", "wiki.corp.test"),
+        ("POST", "api.partner.test"),
+    ]
+    assert [r.answer for r in requests] == ["canned", "canned"]

@@ -21,6 +21,7 @@ Example::
 
 from __future__ import annotations
 
+import base64
 import difflib
 import hashlib
 import os
@@ -37,7 +38,7 @@ from typing import Any, ClassVar, Literal
 import orjson
 
 from oracle.canonical import Json
-from oracle.diff import Change, SinkDiff
+from oracle.diff import Change, Content, SinkDiff
 from oracle.globs import PathOutsideRootError, check_relative, compile_glob, match_any
 from oracle.query import matches
 from oracle.snapshot import Snapshot, SnapshotError
@@ -61,6 +62,8 @@ class Entry:
     sha256: str | None = None
     target: str | None = None
     text: str | None = None
+    #: The bytes of a small file that is not UTF-8 text (kept for searches such as the canary).
+    data: bytes | None = None
 
     def to_json(self) -> dict[str, Json]:
         out: dict[str, Json] = {
@@ -77,6 +80,8 @@ class Entry:
             out["target"] = self.target
         if self.text is not None:
             out["text"] = self.text
+        if self.data is not None:
+            out["data"] = base64.b64encode(self.data).decode("ascii")
         return out
 
     @property
@@ -185,6 +190,9 @@ class FileAdded(Change):
         if isinstance(self.entry.get("target"), str):
             yield self.entry["target"]
 
+    def contents(self) -> Iterator[Content]:
+        yield from _entry_contents(self.entry, None)
+
 
 class FileRemoved(Change):
     """A path that existed before and does not after."""
@@ -226,6 +234,29 @@ class FileModified(Change):
             yield self.new["text"]
         if isinstance(self.new.get("target"), str):
             yield self.new["target"]
+
+    def contents(self) -> Iterator[Content]:
+        yield from _entry_contents(self.new, self.old)
+
+
+def _entry_contents(new: Mapping[str, Any], old: Mapping[str, Any] | None) -> Iterator[Content]:
+    """A file's content (text, or the bytes of a small binary file) and a link's target."""
+
+    def body(entry: Mapping[str, Any] | None) -> str | bytes | None:
+        if entry is None:
+            return None
+        if isinstance(entry.get("text"), str):
+            return str(entry["text"])
+        if isinstance(entry.get("data"), str):
+            return base64.b64decode(entry["data"])
+        return None
+
+    now = body(new)
+    if now is not None:
+        yield Content("content", now, body(old))
+    if isinstance(new.get("target"), str):
+        target = old.get("target") if old is not None else None
+        yield Content("link target", new["target"], target if isinstance(target, str) else None)
 
 
 def _describe(entry: Mapping[str, Any]) -> str:
@@ -303,6 +334,7 @@ _ENTRY_FIELDS = {
     "sha256": None,
     "target": None,
     "text": None,
+    "data": None,
 }
 
 
@@ -498,12 +530,15 @@ class FolderSink:
                 h = hashlib.sha256(head)
                 size = len(head)
                 text = None
+                data = None
                 if size <= self.text_limit:
                     if b"\x00" not in head:
                         try:
                             text = head.decode("utf-8")
                         except UnicodeDecodeError:
                             text = None
+                    if text is None:
+                        data = head
                 else:
                     while chunk := f.read(1 << 20):
                         h.update(chunk)
@@ -512,7 +547,9 @@ class FolderSink:
         except OSError as exc:
             raise SnapshotError(self.name, f"cannot read {path}: {exc}") from exc
         mode = stat.S_IMODE(st.st_mode)
-        return Entry("file", mode, st.st_uid, st.st_gid, size=size, sha256=sha, text=text)
+        return Entry(
+            "file", mode, st.st_uid, st.st_gid, size=size, sha256=sha, text=text, data=data
+        )
 
     def diff(self, before: Snapshot, after: Snapshot) -> FileDiff:
         """Added, removed and modified paths, with a unified diff for small text files."""

@@ -7,6 +7,7 @@ field by field; JSON columns get a structural diff (deepdiff) as the field's ``d
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, ClassVar, Literal
@@ -15,7 +16,7 @@ from deepdiff import DeepDiff
 from pydantic import BaseModel, ConfigDict
 
 from oracle.canonical import Json, row_digest, to_jsonable
-from oracle.diff import Change, SinkDiff
+from oracle.diff import Change, Content, SinkDiff
 from oracle.frozen import freeze
 from oracle.query import matches
 from oracle.sinks.sql_state import ColumnInfo, SchemaObject, SqlState, TableState
@@ -40,6 +41,12 @@ class RowAdded(Change):
 
     def texts(self) -> Iterator[str]:
         return _strings(self.row.values())
+
+    def contents(self) -> Iterator[Content]:
+        for column, value in self.row.items():
+            v = _searchable(value)
+            if v is not None:
+                yield Content(column, v)
 
 
 class RowRemoved(Change):
@@ -84,6 +91,12 @@ class RowChanged(Change):
 
     def texts(self) -> Iterator[str]:
         return _strings(f.new for f in self.fields.values())
+
+    def contents(self) -> Iterator[Content]:
+        for column, f in self.fields.items():
+            v = _searchable(f.new)
+            if v is not None:
+                yield Content(column, v, _searchable(f.old))
 
 
 class TableAdded(Change):
@@ -184,6 +197,15 @@ class ObjectAltered(Change):
 def _short(row: Mapping[str, Any], limit: int = 80) -> str:
     text = ", ".join(f"{k}={v!r}" for k, v in row.items())
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _searchable(value: Any) -> str | bytes | None:
+    """Text as it is, bytes from their tagged form; other values are not searched."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and isinstance(value.get("$bytes"), str):
+        return base64.b64decode(value["$bytes"])
+    return None
 
 
 def _strings(values: Any) -> Iterator[str]:

@@ -1,0 +1,321 @@
+"""The egress recorder: a mitmproxy process per sandbox that records every HTTP(S) request.
+
+`EgressRecorder` is a context manager. Starting it runs the addon in `egress_addon` as a child
+process bound to 127.0.0.1 on an ephemeral port, with its own configuration folder (so its own
+CA: a key that never leaves the recorder's private folder). It serves many trials; `reset`
+starts a fresh log for the next one. `requests()` reads the log as `EgressRequest` records.
+
+Example::
+
+    policy = EgressPolicy(allow=["127.0.0.1:8123"], canned={"wiki.test": "<h1>hi</h1>"})
+    with EgressRecorder(policy) as rec:
+        env = rec.client_env(folder)     # HTTP_PROXY, HTTPS_PROXY, SSL_CERT_FILE, …
+        subprocess.run(["curl", "-s", "https://wiki.test/"], env={**os.environ, **env})
+        rec.requests()[0].answer         # 'canned'
+
+The recorder's folder (log, spill files, CA key) is created with mode 0700 outside every
+sandbox; only the CA *certificate* is copied where the agent can read it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import selectors
+import shutil
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any
+
+import oracle
+from oracle.proxies.egress_log import EgressRequest, fold, open_tunnels, read_events
+from oracle.proxies.egress_policy import Canned, EgressPolicy
+from oracle.proxies.jail import Attempt
+
+__all__ = ["Canned", "EgressPolicy", "EgressRecorder", "EgressRequest", "RecorderError"]
+
+DEFAULT_BODY_LIMIT = 1 << 20
+CA_FILE = "mitmproxy-ca-cert.pem"
+
+
+class RecorderError(RuntimeError):
+    """The egress recorder could not start, or stopped. Names the recorder and the cause."""
+
+    def __init__(self, name: str, message: str) -> None:
+        self.recorder = name
+        super().__init__(f"egress recorder {name!r}: {message}")
+
+
+def _system_ca_bundle() -> Path | None:
+    paths = ssl.get_default_verify_paths()
+    for candidate in (paths.cafile, paths.openssl_cafile, "/etc/ssl/certs/ca-certificates.crt"):
+        if candidate and os.path.isfile(candidate):
+            return Path(candidate)
+    return None
+
+
+class EgressRecorder:
+    """A mitmproxy child process that records and answers requests by `policy`.
+
+    - `body_limit`: request bytes kept per request (the rest is counted, hashed and dropped;
+      the record says ``truncated``).
+    - `upstream_ca`: a PEM file of CAs to trust when passing requests through to allowed
+      hosts (a test's own HTTPS server); `ssl_insecure` skips upstream verification.
+    - `listen_port`: 0 for an ephemeral port.
+    """
+
+    def __init__(
+        self,
+        policy: EgressPolicy | None = None,
+        *,
+        name: str = "egress",
+        body_limit: int = DEFAULT_BODY_LIMIT,
+        upstream_ca: str | os.PathLike[str] | None = None,
+        ssl_insecure: bool = False,
+        listen_port: int = 0,
+        start_timeout: float = 30.0,
+    ) -> None:
+        if body_limit < 1:
+            raise ValueError(f"egress recorder {name!r}: body_limit must be positive")
+        self.name = name
+        self.policy = policy or EgressPolicy()
+        self.body_limit = body_limit
+        self.upstream_ca = str(upstream_ca) if upstream_ca else None
+        self.ssl_insecure = ssl_insecure
+        self.listen_port = listen_port
+        self.start_timeout = start_timeout
+        self.dir: Path | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._stderr: IO[bytes] | None = None
+        self._port: int | None = None
+        self._offset = 0
+        self._events: list[dict[str, Any]] = []
+        #: Connections the agent tried past the sandbox's network (from `NetworkJail`), since
+        #: the last reset: the same egress state, seen by another route.
+        self.attempts: list[Attempt] = []
+
+    def __repr__(self) -> str:
+        where = f"127.0.0.1:{self._port}" if self._port else "stopped"
+        return f"EgressRecorder({self.name!r}, {where}, {self.policy!r})"
+
+    def __enter__(self) -> EgressRecorder:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    # -- life ---------------------------------------------------------------------------------
+
+    @property
+    def log_path(self) -> Path:
+        return self._private() / "log.jsonl"
+
+    @property
+    def spill_dir(self) -> Path:
+        return self._private() / "spill"
+
+    def _private(self) -> Path:
+        if self.dir is None:
+            raise RecorderError(self.name, "it is not running")
+        return self.dir
+
+    def start(self) -> None:
+        """Start the child and wait until it listens; raise `RecorderError` saying why not."""
+        if self._proc is not None:
+            return
+        self.dir = Path(tempfile.mkdtemp(prefix=f"oracle-egress-{self.name}-"))
+        try:
+            self._spawn()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _spawn(self) -> None:
+        private = self._private()
+        (private / "conf").mkdir()
+        self.spill_dir.mkdir()
+        self.log_path.touch()
+        config = {
+            "policy": self.policy.to_json(),
+            "log": str(self.log_path),
+            "spill_dir": str(self.spill_dir),
+            "confdir": str(private / "conf"),
+            "body_limit": self.body_limit,
+            "listen_port": self.listen_port,
+            "upstream_ca": self.upstream_ca,
+            "ssl_insecure": self.ssl_insecure,
+        }
+        (private / "config.json").write_text(json.dumps(config), encoding="utf-8")
+        env = dict(os.environ)
+        root = str(Path(oracle.__file__).resolve().parent.parent)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+        self._stderr = open(private / "stderr.log", "wb")  # noqa: SIM115 - closed in stop()
+        try:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "oracle.proxies.egress_addon", str(private / "config.json")],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=self._stderr,
+                env=env,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise RecorderError(self.name, f"could not run {sys.executable}: {exc}") from exc
+        line = self._ready_line()
+        try:
+            ready = json.loads(line)
+        except ValueError:
+            raise RecorderError(self.name, f"said something unexpected: {line!r}") from None
+        if "port" not in ready:
+            raise RecorderError(self.name, f"could not start: {ready.get('error', ready)}")
+        self._port = int(ready["port"])
+        if not (private / "conf" / CA_FILE).is_file():
+            raise RecorderError(self.name, "started without writing its CA certificate")
+
+    def _ready_line(self) -> str:
+        assert self._proc is not None and self._proc.stdout is not None
+        deadline = time.monotonic() + self.start_timeout
+        buf = b""
+        with selectors.DefaultSelector() as sel:
+            sel.register(self._proc.stdout, selectors.EVENT_READ)
+            while b"\n" not in buf:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise RecorderError(
+                        self.name, f"did not listen within {self.start_timeout:.0f} s"
+                    )
+                if not sel.select(left):
+                    continue
+                chunk = os.read(self._proc.stdout.fileno(), 4096)
+                if not chunk:
+                    code = self._proc.wait(timeout=5)
+                    raise RecorderError(
+                        self.name, f"exited with code {code} before listening: {self._tail()}"
+                    )
+                buf += chunk
+        return buf.split(b"\n", 1)[0].decode("utf-8", "replace")
+
+    def _tail(self, limit: int = 2000) -> str:
+        if self.dir is None:
+            return ""
+        try:
+            text = (self.dir / "stderr.log").read_text("utf-8", "replace").strip()
+        except OSError:
+            return "(no error output)"
+        return text[-limit:] or "(no error output)"
+
+    def stop(self) -> None:
+        """Stop the child (SIGTERM, then SIGKILL) and remove the private folder."""
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            with contextlib.suppress(OSError):
+                if proc.stdin is not None:
+                    proc.stdin.close()
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(timeout=5)
+            if proc.stdout is not None:
+                proc.stdout.close()
+        if self._stderr is not None:
+            self._stderr.close()
+            self._stderr = None
+        if self.dir is not None:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            self.dir = None
+        self._port = None
+
+    def check(self) -> None:
+        """Raise `RecorderError` unless the child is running."""
+        if self._proc is None:
+            raise RecorderError(self.name, "it is not running")
+        code = self._proc.poll()
+        if code is not None:
+            raise RecorderError(self.name, f"exited with code {code}: {self._tail()}")
+
+    # -- what agents get ---------------------------------------------------------------------
+
+    @property
+    def port(self) -> int:
+        if self._port is None:
+            raise RecorderError(self.name, "it is not running")
+        return self._port
+
+    @property
+    def proxy_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def ca_cert(self) -> Path:
+        """The CA certificate (public part) in the private folder."""
+        return self._private() / "conf" / CA_FILE
+
+    def client_env(self, folder: Path) -> dict[str, str]:
+        """Copy the CA certificate (alone, and as a bundle with the system's CAs) into
+        `folder`, where the agent can read it, and return the variables clients read."""
+        folder.mkdir(parents=True, exist_ok=True)
+        ca = folder / f"{self.name}-ca.pem"
+        bundle = folder / f"{self.name}-ca-bundle.pem"
+        pem = self.ca_cert.read_bytes()
+        ca.write_bytes(pem)
+        system = _system_ca_bundle()
+        bundle.write_bytes(pem + b"\n" + (system.read_bytes() if system else b""))
+        url = self.proxy_url
+        return {
+            "HTTP_PROXY": url,
+            "HTTPS_PROXY": url,
+            "http_proxy": url,
+            "https_proxy": url,
+            # Empty on purpose: loopback too goes through the recorder (an inherited
+            # NO_PROXY=localhost would let requests to local services pass unseen).
+            "NO_PROXY": "",
+            "no_proxy": "",
+            "SSL_CERT_FILE": str(bundle),
+            "REQUESTS_CA_BUNDLE": str(bundle),
+            "CURL_CA_BUNDLE": str(bundle),
+            "NODE_EXTRA_CA_CERTS": str(ca),
+        }
+
+    # -- the log -------------------------------------------------------------------------------
+
+    def reset(self) -> None:
+        """Start a fresh log: requests before this call are not part of the next trial."""
+        self.check()
+        self._offset = self.log_path.stat().st_size
+        self._events = []
+        self.attempts = []
+        for f in self.spill_dir.iterdir():
+            with contextlib.suppress(OSError):
+                f.unlink()
+
+    def requests(self, settle: float = 0.5) -> list[EgressRequest]:
+        """The requests since the last reset, in the order they started.
+
+        A request still in progress (or a tunnel whose handshake has not finished) is waited
+        for up to `settle` seconds, then returned as ``pending``. Raises `RecorderError` if
+        the recorder is not running."""
+        deadline = time.monotonic() + settle
+        while True:
+            self.check()
+            events, self._offset = read_events(self.log_path, self._offset)
+            self._events.extend(events)
+            records = fold(self._events, self.spill_dir)
+            settled = all(r.state != "pending" for r in records)
+            if (settled and not open_tunnels(self._events)) or time.monotonic() >= deadline:
+                return records
+            time.sleep(0.01)

@@ -1,0 +1,491 @@
+"""The mitmproxy addon of the egress recorder, and the program that runs it.
+
+Run by `EgressRecorder` as a child process (``python -m oracle.proxies.egress_addon CONFIG``),
+so that every sandbox has its own mitmproxy, its own CA and none of mitmproxy's process-wide
+state is shared. The child prints one JSON line when it listens (``{"port": …}``), writes
+every event to the log named in the configuration (see `egress_log`), and exits when its
+standard input closes (the harness is gone) or on SIGTERM.
+
+How a request is answered:
+
+- The decision (blocked, canned, passed) is taken when the request's headers arrive, from the
+  host the recorder would connect to. With ``connection_strategy=lazy`` nothing upstream has
+  been resolved or contacted at that point, also for HTTPS (the CONNECT is answered by the
+  recorder itself).
+- A blocked or canned request with a small body gets its response set at once: mitmproxy reads
+  the body, fires ``request`` (we log the body) and answers without ever connecting upstream.
+- A request with a large or unknown-length body is streamed: each chunk is counted, hashed and
+  kept in a spill file up to the cap (the rest is counted and dropped, and the record says
+  ``truncated``). Passed requests stream on to their host; blocked and canned ones stream to a
+  local drain that discards them, and the drain's reply is replaced by the real answer.
+- Raw TCP inside a CONNECT tunnel (not TLS, not HTTP) is recorded and closed unless the host is
+  allowed; a client that refuses the sandbox's certificate is recorded with that error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import h11
+from mitmproxy import ctx, http, master, options, tcp, tls
+from mitmproxy.addons import core, next_layer, proxyserver, tlsconfig
+
+from oracle.proxies.egress_log import b64, encode_event, iter_b64
+from oracle.proxies.egress_policy import BLOCKED_HEADER, Decision, EgressPolicy, blocked_message
+
+#: Bodies up to this size are kept inline in the log line; larger ones go to a spill file.
+INLINE_LIMIT = 64 * 1024
+
+
+class _Capture:
+    """A streamed body: counted, hashed, kept in `path` up to `limit` bytes; chunks pass on."""
+
+    def __init__(self, path: Path, limit: int) -> None:
+        self.path = path
+        self.limit = limit
+        self.size = 0
+        self.kept = 0
+        self.hash = hashlib.sha256()
+        self.file: BinaryIO | None = open(path, "wb")  # noqa: SIM115 - closed in close()
+
+    def __call__(self, chunk: bytes) -> bytes:
+        if chunk:
+            self.size += len(chunk)
+            self.hash.update(chunk)
+            room = self.limit - self.kept
+            if room > 0 and self.file is not None:
+                part = chunk[:room]
+                self.file.write(part)
+                self.kept += len(part)
+        return chunk
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+            self.file = None
+
+    def event(self, complete: bool) -> dict[str, Any]:
+        self.close()
+        return {
+            "size": self.size,
+            "kept": self.kept,
+            "sha256": self.hash.hexdigest(),
+            "spill": self.path.name,
+            "complete": complete,
+        }
+
+
+class _Counter:
+    """A streamed response body: counted and hashed, passed on unchanged."""
+
+    def __init__(self) -> None:
+        self.size = 0
+        self.hash = hashlib.sha256()
+
+    def __call__(self, chunk: bytes) -> bytes:
+        self.size += len(chunk)
+        self.hash.update(chunk)
+        return chunk
+
+
+@dataclass
+class _Flow:
+    id: int
+    decision: Decision
+    capture: _Capture | None = None
+    redirected: bool = False
+    counter: _Counter | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _answer(decision: Decision, host: str, port: int) -> http.Response:
+    if decision.canned is not None:
+        c = decision.canned
+        headers = {"content-type": c.media_type, **dict(c.headers), BLOCKED_HEADER: "canned"}
+        return http.Response.make(c.status, c.data, headers)
+    return http.Response.make(
+        403,
+        blocked_message(host, port),
+        {"content-type": "text/plain; charset=utf-8", BLOCKED_HEADER: "blocked"},
+    )
+
+
+class EgressAddon:
+    """Records every request and answers it by the policy (see the module docstring)."""
+
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        self.policy = EgressPolicy.from_json(config["policy"])
+        self.log = open(config["log"], "ab")  # noqa: SIM115 - open for the child's life
+        self.spill_dir = Path(config["spill_dir"])
+        self.limit = int(config["body_limit"])
+        self.stream_at = min(int(config.get("stream_threshold", 256 * 1024)), self.limit)
+        self.flows: dict[str, _Flow] = {}
+        self.next_id = 1
+        self.drain: tuple[str, int] | None = None
+        #: Client connections that have not yet carried anything recorded (→ their CONNECT
+        #: target, if they asked for one). Recorded on disconnect, so nothing goes unseen.
+        self.quiet: dict[str, tuple[str, int] | None] = {}
+        self.ready: asyncio.Event | None = None
+
+    # -- the log ----------------------------------------------------------------------------
+
+    def emit(self, event: dict[str, Any]) -> None:
+        self.log.write(encode_event(event))
+        self.log.flush()
+
+    def _start(
+        self, flow_id: str, decision: Decision, fields: dict[str, Any], conn: str | None = None
+    ) -> _Flow:
+        if conn is not None:
+            self.quiet.pop(conn, None)
+        rid = self.next_id
+        self.next_id += 1
+        self.emit(
+            {
+                "e": "start",
+                "id": rid,
+                "t": time.time(),
+                "answer": decision.answer,
+                "rule": decision.rule,
+                **fields,
+            }
+        )
+        state = _Flow(rid, decision)
+        self.flows[flow_id] = state
+        return state
+
+    # -- hooks ------------------------------------------------------------------------------
+
+    async def running(self) -> None:
+        server = await asyncio.start_server(_drain, "127.0.0.1", 0)
+        self.drain = ("127.0.0.1", server.sockets[0].getsockname()[1])
+        m: Any = ctx.master
+        addrs = m.addons.get("proxyserver").listen_addrs()
+        if not addrs:  # it failed to bind; `serve` reports why once the master has stopped
+            m.shutdown()
+            return
+        print(json.dumps({"port": addrs[0][1]}), flush=True)
+
+    def requestheaders(self, flow: http.HTTPFlow) -> None:
+        req = flow.request
+        decision = self.policy.decide(req.host, req.port, req.path)
+        client = flow.client_conn.peername
+        state = self._start(
+            flow.id,
+            decision,
+            {
+                "method": req.method,
+                "scheme": req.scheme,
+                "host": req.host,
+                "port": req.port,
+                "path": req.path,
+                "url": req.pretty_url,
+                "http_version": req.http_version,
+                "headers": list(iter_b64(req.headers.fields)),
+                "client": f"{client[0]}:{client[1]}" if client else "",
+            },
+            flow.client_conn.id,
+        )
+        te = req.headers.get("transfer-encoding", "")
+        try:
+            length: int | None = int(req.headers["content-length"])
+        except (KeyError, ValueError):
+            length = None
+        unknown = length is None and ("chunked" in te.lower() or req.is_http2 or req.is_http3)
+        if unknown or (length is not None and length > self.stream_at):
+            state.capture = _Capture(self.spill_dir / f"{state.id}.body", self.limit)
+            req.stream = state.capture
+            if decision.answer != "passed" and self.drain is not None:
+                state.redirected = True
+                state.extra.update(host=req.host, port=req.port)
+                req.scheme, req.host, req.port = "http", self.drain[0], self.drain[1]
+        elif decision.answer != "passed":
+            flow.response = _answer(decision, req.host, req.port)
+
+    def request(self, flow: http.HTTPFlow) -> None:
+        state = self.flows.get(flow.id)
+        if state is None:
+            return
+        if state.capture is not None:
+            self.emit({"e": "body", "id": state.id, **state.capture.event(True)})
+            return
+        data = flow.request.raw_content or b""
+        self.emit({"e": "body", "id": state.id, **self._body(state.id, data)})
+
+    def _body(self, rid: int, data: bytes) -> dict[str, Any]:
+        kept = data[: self.limit]
+        out: dict[str, Any] = {
+            "size": len(data),
+            "kept": len(kept),
+            "sha256": hashlib.sha256(data).hexdigest(),
+            "complete": True,
+        }
+        if len(kept) <= INLINE_LIMIT:
+            out["inline"] = b64(kept)
+        else:
+            name = f"{rid}.body"
+            (self.spill_dir / name).write_bytes(kept)
+            out["spill"] = name
+        return out
+
+    def responseheaders(self, flow: http.HTTPFlow) -> None:
+        state = self.flows.get(flow.id)
+        if state is None or state.redirected or flow.response is None:
+            return
+        length = flow.response.headers.get("content-length")
+        if length is None or not length.isdigit() or int(length) > self.stream_at:
+            state.counter = _Counter()
+            flow.response.stream = state.counter
+
+    def response(self, flow: http.HTTPFlow) -> None:
+        state = self.flows.pop(flow.id, None)
+        if state is None or flow.response is None:
+            return
+        if state.redirected:
+            host, port = str(state.extra["host"]), int(state.extra["port"])
+            flow.response = _answer(state.decision, host, port)
+        resp = flow.response
+        if state.counter is not None:
+            size, digest = state.counter.size, state.counter.hash.hexdigest()
+        else:
+            body = resp.raw_content or b""
+            size, digest = len(body), hashlib.sha256(body).hexdigest()
+        self.emit(
+            {
+                "e": "answer",
+                "id": state.id,
+                "t": time.time(),
+                "status": resp.status_code,
+                "headers": list(iter_b64(resp.headers.fields)),
+                "size": size,
+                "sha256": digest,
+            }
+        )
+
+    def error(self, flow: http.HTTPFlow) -> None:
+        state = self.flows.pop(flow.id, None)
+        if state is None:
+            return
+        event: dict[str, Any] = {
+            "e": "error",
+            "id": state.id,
+            "t": time.time(),
+            "message": flow.error.msg if flow.error else "unknown error",
+        }
+        if state.capture is not None:
+            event["body"] = {"id": state.id, **state.capture.event(False)}
+        self.emit(event)
+
+    def http_connect(self, flow: http.HTTPFlow) -> None:
+        """A tunnel opens; until it carries TLS or TCP, a snapshot waits a moment for it (a
+        handshake that fails is recorded only when it has failed)."""
+        self.emit({"e": "tunnel", "conn": flow.client_conn.id, "t": time.time()})
+        if flow.client_conn.id in self.quiet:
+            self.quiet[flow.client_conn.id] = (flow.request.host, flow.request.port)
+
+    def client_connected(self, client: Any) -> None:
+        self.quiet[client.id] = None
+
+    def client_disconnected(self, client: Any) -> None:
+        """A connection that closes having carried nothing recorded (not HTTP, a malformed
+        request, a tunnel left unused) is recorded as such."""
+        if client.id not in self.quiet:
+            return
+        target = self.quiet.pop(client.id)
+        host, port = target if target is not None else ("", 0)
+        state = self._start(
+            f"conn:{client.id}",
+            Decision("blocked"),
+            {
+                "method": "CONNECT" if target is not None else "",
+                "scheme": "",
+                "host": host,
+                "port": port,
+                "path": "",
+                "url": f"{host}:{port}" if target is not None else "",
+                "http_version": "",
+                "headers": [],
+                "client": f"{client.peername[0]}:{client.peername[1]}" if client.peername else "",
+            },
+        )
+        self.flows.pop(f"conn:{client.id}", None)
+        self.emit(
+            {
+                "e": "error",
+                "id": state.id,
+                "t": time.time(),
+                "message": "the connection closed without a request the recorder could read "
+                "(not HTTP, malformed, or a tunnel left unused)",
+            }
+        )
+
+    def tls_established_client(self, data: tls.TlsData) -> None:
+        self.emit({"e": "tunnel_done", "conn": data.context.client.id})
+
+    def tls_failed_client(self, data: tls.TlsData) -> None:
+        """The client refused the handshake (most often: it does not trust the sandbox's CA).
+        No request will follow; record the attempt with the reason."""
+        server = data.context.server.address or ("", 0)
+        host = data.conn.sni or str(server[0])
+        port = int(server[1])
+        state = self._tunnel(data.context.client, host, port, "CONNECT")
+        self.flows.pop(f"tls:{state.id}", None)
+        self.emit(
+            {
+                "e": "error",
+                "id": state.id,
+                "t": time.time(),
+                "message": f"the client refused the TLS handshake: {data.conn.error}",
+            }
+        )
+        self.emit({"e": "tunnel_done", "conn": data.context.client.id})
+
+    def tcp_start(self, flow: tcp.TCPFlow) -> None:
+        """Raw TCP in a tunnel: recorded; closed unless the host is allowed."""
+        host, port = flow.server_conn.address or ("", 0)
+        state = self._tunnel(flow.client_conn, str(host), int(port), "TCP")
+        self.emit({"e": "tunnel_done", "conn": flow.client_conn.id})
+        if self.policy.may_tunnel(str(host), int(port)):
+            self.emit({"e": "answer_kind", "id": state.id, "answer": "passed"})
+            self.emit({"e": "answer", "id": state.id, "t": time.time(), "status": None})
+            return
+        killable: Any = flow
+        killable.kill()
+        self.emit(
+            {
+                "e": "error",
+                "id": state.id,
+                "t": time.time(),
+                "message": f"raw TCP to {host}:{port} closed: the host is not allowed",
+            }
+        )
+
+    def _tunnel(self, client: Any, host: str, port: int, method: str) -> _Flow:
+        peer = getattr(client, "peername", None)
+        decision = Decision("passed") if self.policy.may_tunnel(host, port) else Decision("blocked")
+        self.quiet.pop(getattr(client, "id", ""), None)
+        return self._start(
+            f"tls:{self.next_id}",
+            decision,
+            {
+                "method": method,
+                "scheme": "tcp" if method == "TCP" else "https",
+                "host": host,
+                "port": port,
+                "path": "",
+                "url": f"{host}:{port}",
+                "http_version": "",
+                "headers": [],
+                "client": f"{peer[0]}:{peer[1]}" if peer else "",
+            },
+        )
+
+
+async def _drain(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """A local HTTP/1.1 endpoint that reads and discards requests and answers 204. Streamed
+    requests that must not reach their host are sent here; their real answer replaces this."""
+    conn = h11.Connection(h11.SERVER)
+    try:
+        while True:
+            event = conn.next_event()
+            if event is h11.NEED_DATA:
+                data = await reader.read(1 << 16)
+                conn.receive_data(data)
+                continue
+            if isinstance(event, h11.EndOfMessage):
+                out = conn.send(h11.Response(status_code=204, headers=[("content-length", "0")]))
+                out = (out or b"") + (conn.send(h11.EndOfMessage()) or b"")
+                writer.write(out)
+                await writer.drain()
+                conn.start_next_cycle()
+            elif isinstance(event, h11.ConnectionClosed):
+                break
+    except (h11.ProtocolError, ConnectionError):
+        pass
+    finally:
+        with contextlib.suppress(Exception):
+            writer.close()
+
+
+class _StartupErrors(logging.Handler):
+    """Keeps the errors mitmproxy logs while starting, to say why it did not."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+async def serve(config: Mapping[str, Any]) -> int:
+    errors = _StartupErrors()
+    logging.getLogger("mitmproxy").addHandler(errors)
+    opts = options.Options(
+        listen_host=config.get("listen_host", "127.0.0.1"),
+        listen_port=int(config.get("listen_port", 0)),
+        confdir=config["confdir"],
+    )
+    m: Any = master.Master(opts)
+    addon = EgressAddon(config)
+    m.addons.add(
+        core.Core(),
+        proxyserver.Proxyserver(),  # type: ignore[no-untyped-call]
+        next_layer.NextLayer(),
+        tlsconfig.TlsConfig(),
+        addon,
+    )
+    # Only settable once the master (and the proxyserver addon that defines it) exists.
+    updates: dict[str, Any] = {"connection_strategy": "lazy"}
+    if config.get("upstream_ca"):
+        updates["ssl_verify_upstream_trusted_ca"] = config["upstream_ca"]
+    if config.get("ssl_insecure"):
+        updates["ssl_insecure"] = True
+    settable: Any = opts
+    settable.update(**updates)
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, m.shutdown)
+    with contextlib.suppress(NotImplementedError, ValueError, OSError):
+        loop.add_reader(sys.stdin.fileno(), lambda: _stdin_closed(m))
+    await m.run()
+    addrs = m.addons.get("proxyserver").listen_addrs()
+    if not addrs:
+        why = "; ".join(errors.messages) or "the proxy server did not listen"
+        print(json.dumps({"error": why}), flush=True)
+        return 3
+    return 0
+
+
+def _stdin_closed(m: Any) -> None:
+    try:
+        data = os.read(sys.stdin.fileno(), 4096)
+    except OSError:
+        data = b""
+    if not data:
+        asyncio.get_running_loop().remove_reader(sys.stdin.fileno())
+        m.shutdown()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m oracle.proxies.egress_addon CONFIG.json", file=sys.stderr)
+        return 2
+    config = json.loads(Path(args[0]).read_text(encoding="utf-8"))
+    return asyncio.run(serve(config))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,191 @@
+"""The reply sink: the bytes the agent published as its reply, as the harness captured them.
+
+The reply is *boundary* evidence: what left the agent where others read it (a command's
+stdout, the text a harness backend hands over, a callable's return value). It is never read as
+the agent's account of itself: a predicate asks what the reply *contains* ("does it carry a
+link to a host we do not own?"), not what it says the agent did.
+
+The trial hands the run record to the sandbox after the agent ran and before the after
+snapshot; the sandbox passes it to every sink with a ``receive_run`` method (this one). A reset
+clears the reply, so the before snapshot holds none.
+
+In predicates::
+
+    r = ev.boundary.reply()              # or ev.diff.reply()
+    r.text                               # the reply as text ('' when there was none)
+    r.contains("https://accounts.corp.test/reset")
+    r.links()                            # every http(s) URL in it
+    r.hosts()                            # their hosts, lower case
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from urllib.parse import urlsplit
+
+from oracle.canonical import Json, digest_json
+from oracle.diff import Change, Content, SinkDiff
+from oracle.snapshot import Snapshot
+
+if TYPE_CHECKING:
+    from oracle.agent import RunRecord
+
+KIND = "reply"
+URL = re.compile(r"""https?://[^\s<>"'`)\]]+""", re.IGNORECASE)
+
+
+def links(text: str) -> list[str]:
+    """The http(s) URLs in `text`, in order (trailing punctuation left out)."""
+    return [u.rstrip(".,;:!?") for u in URL.findall(text)]
+
+
+def _host(url: str) -> str:
+    try:
+        return (urlsplit(url).hostname or "").lower()
+    except ValueError:
+        return ""
+
+
+@dataclass(frozen=True)
+class ReplyState:
+    """The reply at one point of the trial: none before the agent ran (``delivered`` false),
+    the captured bytes after (``reply`` None when the harness captured nothing)."""
+
+    delivered: bool
+    reply: bytes | None
+
+    @property
+    def text(self) -> str:
+        return (self.reply or b"").decode("utf-8", "replace")
+
+    def to_json(self) -> dict[str, Json]:
+        out: dict[str, Json] = {"delivered": self.delivered}
+        if self.reply is not None:
+            out["size"] = len(self.reply)
+            out["sha256"] = hashlib.sha256(self.reply).hexdigest()
+            try:
+                out["text"] = self.reply.decode("utf-8")
+            except UnicodeDecodeError:
+                out["base64"] = base64.b64encode(self.reply).decode("ascii")
+        return out
+
+
+class ReplyPublished(Change):
+    """The reply the agent published during the trial."""
+
+    change: Literal["reply_published"] = "reply_published"
+    size: int
+    sha256: str
+    text: str | None = None
+    base64: str | None = None
+
+    def data(self) -> bytes:
+        if self.base64 is not None:
+            return base64.b64decode(self.base64)
+        return (self.text or "").encode("utf-8")
+
+    def summary(self) -> str:
+        shown = self.data().decode("utf-8", "replace").replace("\n", " ")
+        if len(shown) > 70:
+            shown = shown[:69] + "…"
+        return f"reply ({self.size} bytes): {shown}"
+
+    def target(self) -> str:
+        return "reply"
+
+    def texts(self) -> Iterator[str]:
+        yield self.data().decode("utf-8", "replace")
+
+    def contents(self) -> Iterator[Content]:
+        yield Content("reply", self.data())
+
+
+class ReplyDiff(SinkDiff):
+    """The reply published during the trial, if any (see the module docstring)."""
+
+    kind: ClassVar[str] = KIND
+
+    @property
+    def published(self) -> bool:
+        """Whether the agent published a reply at all."""
+        return bool(self.of_type(ReplyPublished))
+
+    @property
+    def data(self) -> bytes:
+        found = self.of_type(ReplyPublished)
+        return found[0].data() if found else b""
+
+    @property
+    def text(self) -> str:
+        """The reply as text (invalid UTF-8 replaced); empty when there was none."""
+        return self.data.decode("utf-8", "replace")
+
+    def contains(self, text: str | re.Pattern[str]) -> bool:
+        """Whether the reply holds `text` (a substring or a compiled regex)."""
+        if isinstance(text, re.Pattern):
+            return text.search(self.text) is not None
+        return text in self.text
+
+    def links(self) -> list[str]:
+        return links(self.text)
+
+    def hosts(self) -> list[str]:
+        """The hosts of the links in the reply, lower case, in order, once each."""
+        return list(dict.fromkeys(h for h in map(_host, self.links()) if h))
+
+
+class ReplySink:
+    """Holds the reply handed over by the trial (see the module docstring)."""
+
+    kind = KIND
+
+    def __init__(self, name: str = "reply") -> None:
+        self.name = name
+        self._lock = threading.Lock()
+        self._state = ReplyState(False, None)
+
+    def __repr__(self) -> str:
+        return f"ReplySink({self.name!r})"
+
+    def clear(self) -> None:
+        """Forget the last reply (a reset)."""
+        with self._lock:
+            self._state = ReplyState(False, None)
+
+    def receive_run(self, run: RunRecord) -> None:
+        """Take the reply from the harness's run record."""
+        self.publish(run.reply)
+
+    def publish(self, reply: bytes | str | None) -> None:
+        """Record `reply` as what the agent published (bytes as captured; text is UTF-8)."""
+        data = reply.encode("utf-8") if isinstance(reply, str) else reply
+        with self._lock:
+            self._state = ReplyState(True, bytes(data) if data is not None else None)
+
+    def snapshot(self) -> Snapshot:
+        with self._lock:
+            state = self._state
+        return Snapshot(self.name, KIND, digest_json(state.to_json()), state, time.time())
+
+    def diff(self, before: Snapshot, after: Snapshot) -> ReplyDiff:
+        b: ReplyState = before.state
+        a: ReplyState = after.state
+        changes: list[Change] = []
+        if a.reply is not None and (a.reply != b.reply or not b.delivered):
+            j: dict[str, Any] = a.to_json()
+            changes.append(
+                ReplyPublished(
+                    size=int(j["size"]),
+                    sha256=str(j["sha256"]),
+                    text=j.get("text"),
+                    base64=j.get("base64"),
+                )
+            )
+        return ReplyDiff(self.name, changes)
