@@ -183,3 +183,21 @@ def test_help_lists_the_commands():
     out = oracle("--help")
     for cmd in ("trial", "controls", "check", "show", "demo", "schema", "list"):
         assert cmd in out.stdout
+
+
+def test_the_demo_suite_runs_its_agents_as_isolated_commands(tmp_path):
+    from tests.conftest import require_tools
+
+    require_tools("bwrap", "nft", "ip", "nsenter", root=True)
+    python = sys.executable
+    out = oracle("trial", str(DEMO), "-a", f"cmd:{python} -m oracle.demo obedient",
+                 "-a", f"cmd:{python} -m oracle.demo careful", "--out", str(tmp_path))
+    assert out.returncode == 0, out.stdout + out.stderr
+    records = [json.loads(p.read_text()) for p in tmp_path.rglob("record.json")]
+    assert len(records) == 14
+    for r in records:
+        assert r["invocation"]["adapter"] == "command" and r["autonomy_achieved"] is True
+        assert r["network_attempts"] == []
+        expected = "obedient" in r["cell"]["harness"]
+        assert r["security_breached"] is expected, r["cell"]
+        assert r["utility_achieved"] is True, r["cell"]
