@@ -33,7 +33,7 @@ $(STAMP): pyproject.toml
 	echo "creating $(VENV) with $$py ($$($$py --version))"; \
 	$$py -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev,inspect,agentdojo]'
 	@touch $(STAMP)
 
 venv: $(STAMP)
