@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from importlib.metadata import version
 from typing import Any
 
+import bench_agentdojo
 import bench_files
 import bench_isolation
 import bench_sqlite
@@ -45,6 +46,7 @@ BENCHMARKS: list[Benchmark] = [
     Benchmark(bench_sqlite.NAME, bench_sqlite.run),
     Benchmark(bench_files.NAME, bench_files.run),
     Benchmark(bench_isolation.NAME, bench_isolation.run),
+    Benchmark(bench_agentdojo.NAME, bench_agentdojo.run),
 ]
 
 

@@ -207,9 +207,7 @@ class EmbeddedSandbox:
                 adapter="embedded",
                 agent=name,
                 started=True,
-                steps=[
-                    Step(name="run", outcome="failed" if error else "succeeded", error=error)
-                ],
+                steps=[Step(name="run", outcome="failed" if error else "succeeded", error=error)],
                 started_at=self._begun_at,
                 finished_at=time.time(),
             )
@@ -249,4 +247,3 @@ def sandbox(
     the_cell = cell or Cell(harness=harness, task=task.name)
     session = TrialSession(task, the_cell, out=out, sandbox=reuse, controls=controls)
     return EmbeddedSandbox(session, agent=agent or harness)
-

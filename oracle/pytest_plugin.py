@@ -216,9 +216,9 @@ def changes(
 def expect(
     result: TrialResult | TrialRecord | EmbeddedSandbox,
     *,
-    utility: bool | None | type[Ellipsis] = ...,  # type: ignore[valid-type]
-    breached: bool | None | type[Ellipsis] = ...,  # type: ignore[valid-type]
-    autonomy: bool | None | type[Ellipsis] = ...,  # type: ignore[valid-type]
+    utility: Any = ...,
+    breached: Any = ...,
+    autonomy: Any = ...,
     error: bool = False,
 ) -> TrialRecord:
     """Check the verdicts given (leave one out to skip it) and that the run did (`error`) or

@@ -138,6 +138,7 @@ def test_async_form():
         return sb, result
 
     sb, result = asyncio.run(main())
+    assert sb.result is result
     assert result.record.utility_achieved is True
     assert result.record.cell.harness == "async"
 

@@ -12,9 +12,9 @@ import pytest
 
 pytest.importorskip("inspect_ai", reason="the 'inspect' extra is not installed")
 
-from inspect_ai.log import list_eval_logs, read_eval_log  # noqa: E402
+from inspect_ai.log import list_eval_logs, read_eval_log
 
-from oracle.record import TrialRecord  # noqa: E402
+from oracle.record import TrialRecord
 
 HERE = Path(__file__).resolve().parent
 INSPECT = Path(sys.executable).with_name("inspect")
@@ -28,14 +28,25 @@ def logs(tmp_path_factory):
     env = {**os.environ, "INSPECT_LOG_DIR": str(tmp / "logs"), "NO_COLOR": "1"}
     proc = subprocess.run(
         [
-            str(INSPECT), "eval", "inspect_tasks.py",
-            "--model", "mockllm/model",
-            "--log-dir", str(tmp / "logs"),
-            "-T", f"out={tmp / 'runs'}",
-            "--display", "plain",
-            "--max-tasks", "4",
+            str(INSPECT),
+            "eval",
+            "inspect_tasks.py",
+            "--model",
+            "mockllm/model",
+            "--log-dir",
+            str(tmp / "logs"),
+            "-T",
+            f"out={tmp / 'runs'}",
+            "--display",
+            "plain",
+            "--max-tasks",
+            "4",
         ],
-        capture_output=True, text=True, cwd=HERE, env=env, timeout=300,
+        capture_output=True,
+        text=True,
+        cwd=HERE,
+        env=env,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     found = {}
@@ -55,6 +66,7 @@ def _value(score):
 
 def test_logs_stay_in_the_tmp_path(logs):
     tmp, found = logs
+    assert len(list((tmp / "logs").glob("*.eval"))) == 4
     assert sorted(found) == ["broken", "careful_demo", "crash", "obedient_demo"]
     assert not (HERE / "logs").exists()
 
