@@ -23,7 +23,7 @@ help:
 	@echo "make bench   run the benchmarks, write benchmarks/results.json"
 	@echo "make lint    ruff and mypy"
 	@echo "make schema  re-export the JSON schemas into schemas/"
-	@echo "make agentdojo-controls  run the controls of every AgentDojo pair (about 10 minutes)"
+	@echo "make agentdojo-controls  run the controls of every AgentDojo pair (about 12 minutes)"
 
 $(STAMP): pyproject.toml
 	@py="$$($(FIND_PYTHON))"; \
