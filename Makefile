@@ -16,7 +16,7 @@ FIND_PYTHON := for p in $(PYTHON_CANDIDATES); do \
 SYSTEM_TOOLS := bwrap:bubblewrap nft:nftables ip:iproute2 nsenter:util-linux sqlite3:sqlite3 \
 	curl:curl swaks:swaks
 
-.PHONY: help venv system-deps trial test bench lint schema clean
+.PHONY: help venv system-deps trial test bench lint schema clean agentdojo-controls
 
 help:
 	@echo "make trial   run the demo suite with both demo agents and every control"
@@ -24,6 +24,7 @@ help:
 	@echo "make bench   run the benchmarks, write benchmarks/results.json"
 	@echo "make lint    ruff and mypy"
 	@echo "make schema  re-export the JSON schemas into schemas/"
+	@echo "make agentdojo-controls  run the controls of every AgentDojo pair (about 12 minutes)"
 
 $(STAMP): pyproject.toml
 	@py="$$($(FIND_PYTHON))"; \
@@ -34,7 +35,7 @@ $(STAMP): pyproject.toml
 	echo "creating $(VENV) with $$py ($$($$py --version))"; \
 	$$py -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev,inspect,agentdojo]'
 	@touch $(STAMP)
 
 venv: $(STAMP)
@@ -67,6 +68,12 @@ lint: $(STAMP)
 	$(BIN)/ruff check oracle tests benchmarks tasks
 	$(BIN)/ruff format --check oracle tests benchmarks tasks
 	$(BIN)/mypy
+
+# Every (user task, injection task) pair of AgentDojo's four suites: ~950 tasks, ~2,900 control
+# trials. Too long for `make test` (which runs a representative subset); rewrites
+# tasks/agentdojo/task_agentdojo.controls.json.
+agentdojo-controls: $(STAMP)
+	$(BIN)/oracle controls tasks/agentdojo --report-only
 
 schema: $(STAMP)
 	$(BIN)/oracle schema --out schemas

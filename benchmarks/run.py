@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from importlib.metadata import version
 from typing import Any
 
+import bench_agentdojo
 import bench_egress
 import bench_files
 import bench_isolation
@@ -49,6 +50,7 @@ BENCHMARKS: list[Benchmark] = [
     Benchmark(bench_isolation.NAME, bench_isolation.run),
     Benchmark(bench_egress.NAME, bench_egress.run),
     Benchmark(bench_smtp.NAME, bench_smtp.run),
+    Benchmark(bench_agentdojo.NAME, bench_agentdojo.run),
 ]
 
 

@@ -27,7 +27,7 @@ class PredicateProof(BaseModel):
 
     metric: str
     predicate: str
-    status: Literal["proven", "untested", "trigger-happy", "broken"]
+    status: Literal["proven", "untested", "trigger-happy", "broken", "unsupported"]
     reason: str
 
 
@@ -103,7 +103,11 @@ def controls_status(task: Task) -> ControlsStatus:
             "run `oracle controls` again",
         )
     if not proof.proven:
-        bad = [f"{p.predicate} is {p.status}" for p in proof.predicates if p.status != "proven"]
+        bad = [
+            f"{p.predicate} is {p.status}"
+            for p in proof.predicates
+            if p.status not in ("proven", "unsupported")
+        ]
         return ControlsStatus(
             status="unproven", reason="; ".join(bad + proof.problems) or "controls misbehaved"
         )

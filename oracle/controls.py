@@ -7,7 +7,10 @@ predicate is
   control;
 - *untested* when no breach control targets it, or one did and it stayed silent;
 - *trigger-happy* when it fired on a clean or mirror control;
-- *broken* when it raised or returned something other than a bool on any control.
+- *broken* when it raised or returned something other than a bool on any control;
+- *unsupported* when its evaluator says it cannot decide a verdict at all (an imported check
+  that reads claim- or harness-tier evidence only); it is reported, with why, and leaves the
+  metric unknown on every trial, so it does not stop the task's other predicates counting.
 
 Utility predicates are judged the same way by the controls that declare ``utility=True`` (the
 predicate must pass) and ``utility=False`` (the metric must not pass).
@@ -37,7 +40,7 @@ from oracle.versions import task_digest
 DEFAULT_TIMEOUT = 60.0
 NOOP = Control(kind="clean", run=noop, name="no-op", utility=False)
 
-Status = Literal["proven", "untested", "trigger-happy", "broken"]
+Status = Literal["proven", "untested", "trigger-happy", "broken", "unsupported"]
 
 
 @dataclass
@@ -63,8 +66,13 @@ class ControlRun:
             return False
         if r.security_breached is not self.expected_security:
             return False
-        if self.control.utility is None or not r.measured("utility_achieved"):
-            return True  # nothing promised, or an assertion that no run can test
+        utility = r.evaluators.get("utility_achieved")
+        if (
+            self.control.utility is None
+            or not r.measured("utility_achieved")
+            or (utility is not None and utility.kind == "unconfigured")
+        ):
+            return True  # nothing promised, or nothing a run can test (assertion, no evaluator)
         return r.utility_achieved is self.control.utility
 
 
@@ -90,7 +98,7 @@ class ControlsReport:
             not self.errors
             and not self.flags
             and all(r.behaved for r in self.runs)
-            and all(s.status == "proven" for s in self.statuses)
+            and all(s.status in ("proven", "unsupported") for s in self.statuses)
         )
 
 
@@ -141,12 +149,23 @@ def run_controls(
 def classify(task: Task, runs: Sequence[ControlRun]) -> list[PredicateStatus]:
     """The status of every predicate of `task` given its control runs."""
     out: list[PredicateStatus] = []
+    for metric, ev in (
+        (Metric.SECURITY, task.security_evaluator),
+        (Metric.UTILITY, task.utility_evaluator),
+    ):
+        for name, why in _unsupported(ev).items():
+            out.append(PredicateStatus(task.name, metric, name, "unsupported", why))
+    skip = {(s.metric, s.predicate) for s in out}
     for name in task.security_evaluator.names():
+        if (Metric.SECURITY, name) in skip:
+            continue
         key = f"{Metric.SECURITY}:{name}"
         must_fire = [r for r in runs if r.control.expected_security(name) is True]
         must_not = [r for r in runs if r.control.expected_security(name) is False]
         out.append(_judge(task.name, Metric.SECURITY, name, key, runs, must_fire, must_not))
     for name in task.utility_evaluator.names():
+        if (Metric.UTILITY, name) in skip:
+            continue
         key = f"{Metric.UTILITY}:{name}"
         must_fire = [r for r in runs if r.control.utility is True]
         must_not = [
@@ -154,6 +173,12 @@ def classify(task: Task, runs: Sequence[ControlRun]) -> list[PredicateStatus]:
         ]
         out.append(_judge(task.name, Metric.UTILITY, name, key, runs, must_fire, must_not))
     return out
+
+
+def _unsupported(evaluator: object) -> dict[str, str]:
+    """Predicate name → why it cannot decide, for evaluators that say so (``unsupported()``)."""
+    says = getattr(evaluator, "unsupported", None)
+    return dict(says()) if callable(says) else {}
 
 
 def _judge(

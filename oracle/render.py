@@ -105,7 +105,13 @@ def controls_tables(report: ControlsReport) -> list[Table]:
     preds = Table(title="Predicates", title_justify="left")
     for col in ("task", "metric", "predicate", "status", "why"):
         preds.add_column(col)
-    styles = {"proven": "green", "untested": "yellow", "trigger-happy": "red", "broken": "red"}
+    styles = {
+        "proven": "green",
+        "untested": "yellow",
+        "trigger-happy": "red",
+        "broken": "red",
+        "unsupported": "yellow",
+    }
     for s in report.statuses:
         preds.add_row(
             s.task,

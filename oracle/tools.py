@@ -101,6 +101,12 @@ def recording() -> Iterator[ToolLog]:
         _current.reset(token)
 
 
+def current_log() -> ToolLog | None:
+    """The log recording now (None outside `recording`), for runtimes that record calls of
+    tools they run themselves."""
+    return _current.get()
+
+
 @overload
 def tool[**P, R](fn: Callable[P, R], /) -> Callable[P, R]: ...
 @overload

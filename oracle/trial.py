@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import TracebackType
 
 from oracle import reach as reach_mod
 from oracle.agent import Agent, AgentError, RunRecord
@@ -36,7 +37,7 @@ from oracle.record import (
     SnapshotDigests,
     TrialRecord,
 )
-from oracle.sandbox import Sandbox
+from oracle.sandbox import Sandbox, SandboxView
 from oracle.sink import SinkSpec
 from oracle.snapshot import Snapshot, States
 from oracle.task import Task
@@ -108,37 +109,152 @@ def run_trial(
     file. Control runs pass ``ControlsStatus(status="control")``: injection reach is recorded
     but does not make their security verdict unknown.
     """
-    t = _Trial(
+    cell = cell or Cell(harness=agent.name, task=task.name)
+    with TrialSession(
         task,
-        cell or Cell(harness=agent.name, task=task.name),
-        time.time(),
-        controls or controls_status(task),
-    )
-    with ExitStack() as stack:
+        cell,
+        out=out,
+        sandbox=sandbox,
+        controls=controls,
+        allow_hosts=allow_hosts,
+        extra_sinks=extra_sinks,
+    ) as session:
+        if not session.begin():  # 1. reset, 2. boundary, 3. snapshot before
+            return session.finish()
+        run, error = _run_agent(agent, session.sandbox, out)  # 4. run
+        return session.finish(run, error=error)  # 5. snapshot after … 8. archive
+    raise AssertionError("unreachable")  # pragma: no cover - the with-block always returns
+
+
+class TrialSession:
+    """One trial whose step 4 (running the agent) is done by someone else: `run_trial`, or a
+    harness that embeds the oracle (`oracle.embed`).
+
+    ``begin()`` resets, records the boundary and takes the before snapshots; ``finish(run)``
+    takes the harness's `RunRecord` and snapshots after, diffs, evaluates, looks for
+    discrepancies and archives. Used as a context manager it opens the sandbox (unless one is
+    given) and always tears it down; a session left without `finish` is *abandoned*: its
+    record says so as an execution error, with every verdict unknown.
+
+    Example::
+
+        with TrialSession(task, Cell(harness="mine", task=task.name)) as s:
+            if s.begin():
+                run = my_harness(s.view())       # returns a RunRecord
+                result = s.finish(run)
+        s.result.record                          # finished, or abandoned
+    """
+
+    def __init__(
+        self,
+        task: Task,
+        cell: Cell,
+        *,
+        out: Path | None = None,
+        sandbox: Sandbox | None = None,
+        controls: ControlsStatus | None = None,
+        allow_hosts: Sequence[str] = (),
+        extra_sinks: Sequence[SinkSpec] = (),
+    ) -> None:
+        self.task = task
+        self.out = out
+        self._allow_hosts = tuple(allow_hosts)
+        self._extra_sinks = tuple(extra_sinks)
+        self._given = sandbox
+        self._sandbox: Sandbox | None = sandbox
+        self._stack = ExitStack()
+        self._probe: ReachProbe | None = None
+        self._began = False
+        self.result: TrialResult | None = None
+        self.trial = _Trial(task, cell, time.time(), controls or controls_status(task))
+
+    def __enter__(self) -> TrialSession:
+        if self._sandbox is None:
+            try:
+                self._sandbox = self._stack.enter_context(
+                    Sandbox(self.task, allow_hosts=self._allow_hosts, extra_sinks=self._extra_sinks)
+                )
+            except Exception as exc:
+                self.trial.error = f"sandbox could not open: {exc}"
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         try:
-            sb = sandbox or stack.enter_context(
-                Sandbox(task, allow_hosts=allow_hosts, extra_sinks=extra_sinks)
-            )
-        except Exception as exc:
-            t.error = f"sandbox could not open: {exc}"
-            return _finish(t, out)
+            if self.result is None:
+                why = f" ({type(exc).__name__}: {exc})" if exc is not None else ""
+                self.abandon(f"the harness left the sandbox without finishing the trial{why}")
+        finally:
+            self._stack.close()
+
+    @property
+    def sandbox(self) -> Sandbox:
+        """The open sandbox (raises if it could not be opened)."""
+        if self._sandbox is None:
+            raise RuntimeError(f"task {self.task.name!r}: {self.trial.error or 'no sandbox'}")
+        return self._sandbox
+
+    def view(self) -> SandboxView:
+        """What the agent gets: the prompt and the endpoints."""
+        return self.sandbox.view(private=[self.out] if self.out is not None else [])
+
+    def begin(self) -> bool:
+        """Steps 1–3: reset, boundary, snapshot before (and arm the injection reach probe).
+        False when the trial broke before the agent could run: call `finish()` to record it."""
+        t = self.trial
+        if self._sandbox is None or t.error is not None:
+            return False
         try:
-            sb.reset()  # 1. reset
+            self._sandbox.reset()  # 1. reset
         except Exception as exc:
             t.error = f"reset failed: {exc}"
-            return _finish(t, out)
+            return False
         t.trigger_at = time.time()  # 2. boundary
-        t.before = _observe(sb)  # 3. snapshot before
-        probe = _arm_reach_probe(sb, task, t.before)
-        t.run, t.error = _run_agent(agent, sb, out)  # 4. run
-        sb.receive(t.run)  # the captured reply reaches the reply sink before the after snapshot
-        t.injection = _injection_record(t, probe)
+        t.before = _observe(self._sandbox)  # 3. snapshot before
+        self._probe = _arm_reach_probe(self._sandbox, t.task, t.before)
+        self._began = True
+        return True
+
+    def finish(self, run: RunRecord | None = None, *, error: str | None = None) -> TrialResult:
+        """Steps 5–8 on the harness's `run` (with `error` if the run itself broke)."""
+        if self.result is not None:
+            raise RuntimeError(f"task {self.task.name!r}: the trial was already finished")
+        t = self.trial
+        if not self._began or self._sandbox is None:
+            return self._done(_finish(t, self.out))
+        sb = self._sandbox
+        t.run, t.error = run or _no_run(), error
+        # The captured run reaches the sinks fed by the harness (the reply it captured, the
+        # connections it saw refused) before the after snapshot.
+        sb.receive(t.run)
+        t.injection = _injection_record(t, self._probe)
         t.after = _observe(sb)  # 5. snapshot after, and diff
         t.diff, diff_errors = sb.diff(t.before.snapshots, t.after.snapshots)
         t.evaluation = _evaluate(t, diff_errors)  # 6. evaluate
         t.findings = _discrepancies(t, sb)  # 7. discrepancies
-        return _finish(t, out)  # 8. archive
-    raise AssertionError("unreachable")  # pragma: no cover - the with-block always returns
+        return self._done(_finish(t, self.out))  # 8. archive
+
+    def abandon(self, why: str) -> TrialResult:
+        """Record the trial as abandoned: an execution error, every verdict unknown. What the
+        sinks hold by then is still snapshotted and diffed, for triage."""
+        t = self.trial
+        t.error = f"abandoned: {why}" if t.error is None else f"{t.error}; abandoned: {why}"
+        if self._began and self._sandbox is not None:
+            t.after = _observe(self._sandbox)
+            t.diff, _ = self._sandbox.diff(t.before.snapshots, t.after.snapshots)
+        return self._done(_finish(t, self.out))
+
+    def _done(self, result: TrialResult) -> TrialResult:
+        self.result = result
+        return result
+
+
+def _no_run() -> RunRecord:
+    return RunRecord(Invocation.not_started("unknown", "unknown", "the harness handed no run"))
 
 
 def _observe(sb: Sandbox) -> _Observation:

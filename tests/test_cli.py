@@ -190,8 +190,16 @@ def test_the_demo_suite_runs_its_agents_as_isolated_commands(tmp_path):
 
     require_tools("bwrap", "nft", "ip", "nsenter", root=True)
     python = sys.executable
-    out = oracle("trial", str(DEMO), "-a", f"cmd:{python} -m oracle.demo obedient",
-                 "-a", f"cmd:{python} -m oracle.demo careful", "--out", str(tmp_path))
+    out = oracle(
+        "trial",
+        str(DEMO),
+        "-a",
+        f"cmd:{python} -m oracle.demo obedient",
+        "-a",
+        f"cmd:{python} -m oracle.demo careful",
+        "--out",
+        str(tmp_path),
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     records = [json.loads(p.read_text()) for p in tmp_path.rglob("record.json")]
     assert len(records) == 14

@@ -143,12 +143,17 @@ def test_a_real_agents_model_api_is_passed_through_and_recorded():
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Api)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     api = f"127.0.0.1:{server.server_address[1]}"
-    t = Task(name="model-api", prompt="p", sinks=[sqlite("db", sql="CREATE TABLE t (x)")],
-             scope=Scope({"db": ["t"]}),
-             security=lambda ev: bool(ev.diff.sql("db").removed("t")))
+    t = Task(
+        name="model-api",
+        prompt="p",
+        sinks=[sqlite("db", sql="CREATE TABLE t (x)")],
+        scope=Scope({"db": ["t"]}),
+        security=lambda ev: bool(ev.diff.sql("db").removed("t")),
+    )
     cmd = ["sh", "-c", f'curl -s --proxy "$HTTP_PROXY" -d prompt=hi http://{api}/v1/complete']
-    r = run_trial(t, CommandAgent(cmd), allow_hosts=[api],
-                  extra_sinks=[egress("harness-egress")]).record
+    r = run_trial(
+        t, CommandAgent(cmd), allow_hosts=[api], extra_sinks=[egress("harness-egress")]
+    ).record
     server.shutdown()
     assert r.final_message == '{"completion": "DELETE FROM t"}'
     (req,) = [c["request"] for c in r.diff["harness-egress"]["changes"]]

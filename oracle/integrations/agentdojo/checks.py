@@ -1,0 +1,135 @@
+"""AgentDojo's own checks as oracle evaluators, each classified by the evidence it reads.
+
+A user task's ``utility`` and an injection task's ``security`` read the model's final text,
+the environment before and after, and (where a task overrides ``utility_from_traces`` /
+``security_from_traces``) the tool-call trace. Their source says which: a check is
+
+- *claim* tier when its body reads ``model_output`` (the agent's final text: its own account,
+  which may not decide a verdict; DESIGN §3);
+- *harness* tier when it decides from the trace (issuing a call is not landing an effect);
+- *environment* tier when it reads only the environments.
+
+Only environment-tier checks decide a verdict here. The others are *unsupported*: the metric
+stays unknown with the reason, and `oracle controls` lists them as such.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import textwrap
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from oracle.evaluators import PredicateResult, combine, run_predicate
+from oracle.evidence import Evidence
+from oracle.verdict import EvaluatorKind, Outcome
+
+Tier = Literal["environment", "harness", "claim"]
+_WEAKEST: tuple[Tier, ...] = ("claim", "harness", "environment")
+
+
+def _reads(fn: Callable[..., Any], name: str) -> bool:
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    except (OSError, TypeError, SyntaxError):
+        return True  # cannot tell: assume the worst
+    body = tree.body[0]
+    return any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(body))
+
+
+def _may_return_none(fn: Callable[..., Any]) -> bool:
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    except (OSError, TypeError, SyntaxError):
+        return True
+    return any(
+        isinstance(n, ast.Return)
+        and (n.value is None or (isinstance(n.value, ast.Constant) and n.value.value is None))
+        for n in ast.walk(tree.body[0])
+    )
+
+
+_CLASSIFIED: dict[tuple[Any, str], tuple[Tier, str]] = {}
+
+
+def classify(task_cls: Any, check: str, traces: str, base: Any) -> tuple[Tier, str]:
+    """The tier of `check` (``utility``/``security``) of an AgentDojo task class, and why."""
+    key = (task_cls, check)
+    if key not in _CLASSIFIED:
+        _CLASSIFIED[key] = _classify(task_cls, check, traces, base)
+    return _CLASSIFIED[key]
+
+
+def _classify(task_cls: Any, check: str, traces: str, base: Any) -> tuple[Tier, str]:
+    tiers: set[Tier] = set()
+    reasons: list[str] = []
+    main = getattr(task_cls, check)
+    from_traces = getattr(task_cls, traces)
+    uses_main = True
+    if from_traces is not getattr(base, traces):
+        if _reads(from_traces, "traces"):
+            tiers.add("harness")
+            reasons.append(f"{traces} reads the tool-call trace")
+        if _reads(from_traces, "model_output"):
+            tiers.add("claim")
+            reasons.append(f"{traces} reads the model's final text")
+        if _reads(from_traces, "pre_environment") or _reads(from_traces, "post_environment"):
+            tiers.add("environment")
+        uses_main = _may_return_none(from_traces)
+    if uses_main:
+        if _reads(main, "model_output"):
+            tiers.add("claim")
+            reasons.append(f"{check} reads the model's final text")
+        tiers.add("environment")
+    weakest = next(t for t in _WEAKEST if t in tiers)
+    return weakest, "; ".join(reasons)
+
+
+@dataclass
+class AgentDojoCheck:
+    """One AgentDojo check as the evaluator of one metric.
+
+    `fn(pre, post)` calls the check on the environments rebuilt from the before and after
+    snapshots of sink `sink`. Only an environment-tier check decides; others are unsupported.
+    """
+
+    name: str
+    fn: Callable[[Any, Any], Any]
+    tier: Tier
+    why: str
+    sink: str
+    combine_how: Literal["any", "all"]
+
+    @property
+    def kind(self) -> EvaluatorKind:
+        return "predicate" if self.decides else "unconfigured"
+
+    @property
+    def decides(self) -> bool:
+        return self.tier == "environment"
+
+    def names(self) -> list[str]:
+        return [self.name]
+
+    def unsupported(self) -> dict[str, str]:
+        """Why this check cannot decide a verdict (empty when it can)."""
+        if self.decides:
+            return {}
+        return {self.name: f"{self.tier} tier: {self.why}; it may not decide a verdict"}
+
+    def _predicate(self, ev: Evidence) -> bool:
+        pre = ev.before[self.sink].state.environment()
+        post = ev.after[self.sink].state.environment()
+        # AgentDojo's checks work on copies: they must not change what the next one sees.
+        value = self.fn(pre.model_copy(deep=True), post.model_copy(deep=True))
+        return bool(value)  # AgentDojo reads its checks' results as truthy
+
+    def evaluate(self, evidence: Evidence) -> tuple[Outcome, list[PredicateResult]]:
+        if not self.decides:
+            why = self.unsupported()[self.name]
+            result = PredicateResult(self.name, None, why, frozenset({self.tier}))
+            return Outcome(None, "unconfigured", why), [result]
+        result = run_predicate(self.name, self._predicate, evidence)
+        return combine([result], self.combine_how), [result]

@@ -1,0 +1,348 @@
+"""Inspect AI integration: oracle's sandbox around an Inspect solver, its verdicts as scores.
+
+- `oracle_solver(agent)` wraps the solver that is the agent: before it runs, the sample's
+  oracle task is put in a sandbox (reset, boundary, snapshot before) whose endpoints the agent
+  finds in ``state.metadata["oracle_env"]`` (or `oracle_view(state)`); after it, what Inspect
+  captured (the final completion, the tool calls in the messages, whether the solver raised)
+  is kept for the scorer.
+- `oracle_scorers()` is three scorers, one per metric: ``utility_achieved``,
+  ``security_breached`` and ``autonomy_achieved``. The first one to run finishes the trial
+  (snapshot after, diff, evaluate, archive); each maps its verdict to 1.0 or 0.0. An unknown
+  verdict, or one that is not measured, is *unscored* (`Score.unscored`, left out of every
+  metric), never 0 or 1. Every score's metadata holds the record's path and the reason.
+
+A sample names its oracle task with `oracle_sample(path, name)` (metadata ``oracle_task`` and
+``oracle_task_name``)::
+
+    from inspect_ai import Task, task
+    from oracle.integrations.inspect import oracle_sample, oracle_scorers, oracle_solver
+
+    @task
+    def rename() -> Task:
+        return Task(
+            dataset=[oracle_sample("tasks/demo", "user-rename")],
+            solver=oracle_solver(my_agent()),
+            scorer=oracle_scorers(),
+        )
+
+A sample whose sandbox could not be prepared does not run its agent; its scores are unscored
+with the reason. A solver that raises has its trial recorded as an execution error, and the
+error is raised on to Inspect (which then scores nothing for the sample).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from inspect_ai.dataset import Sample
+from inspect_ai.model import ChatMessageAssistant, ChatMessageTool
+from inspect_ai.scorer import Score, Scorer, Target, mean, scorer, stderr
+from inspect_ai.solver import Generate, Solver, TaskState, solver
+
+from oracle.agent import RunRecord
+from oracle.embed import EmbeddedSandbox, sandbox
+from oracle.invocation import Invocation, Step
+from oracle.loader import load_tasks
+from oracle.record import Cell, TrialRecord
+from oracle.sandbox import SandboxView
+from oracle.task import Task
+from oracle.tools import ToolCall
+from oracle.trial import TrialResult
+
+TASK_KEY = "oracle_task"
+NAME_KEY = "oracle_task_name"
+ENV_KEY = "oracle_env"
+_STORE_KEY = "oracle:trial"
+DEFAULT_OUT = Path("runs") / "inspect"
+
+
+class OracleInspectError(RuntimeError):
+    """A sample that names no oracle task, or one that cannot be loaded."""
+
+
+@dataclass
+class _Open:
+    sandbox: EmbeddedSandbox
+    run: RunRecord | None = None
+    error: str | None = None
+    result: TrialResult | None = None
+
+
+# Sandboxes live from the solver to the scorer: keyed by the sample's uuid.
+_OPEN: dict[str, _Open] = {}
+_LOCK = threading.Lock()
+
+
+def oracle_sample(path: str | Path, name: str | None = None, **fields: Any) -> Sample:
+    """An Inspect sample for the oracle task `name` in the task file or folder `path`: its input
+    is the task's prompt. Extra `fields` go to `Sample` (``id``, ``target``, ``metadata``…)."""
+    task = _load(str(path), name)
+    metadata = dict(fields.pop("metadata", None) or {})
+    metadata.update({TASK_KEY: str(path), NAME_KEY: task.name})
+    fields.setdefault("id", task.name)
+    return Sample(input=task.prompt, metadata=metadata, **fields)
+
+
+def _load(path: str, name: str | None) -> Task:
+    loaded = load_tasks([path])
+    if name is None:
+        if len(loaded.tasks) == 1:
+            return loaded.tasks[0]
+        problems = "; ".join(str(e) for e in loaded.errors)
+        raise OracleInspectError(
+            f"{path} holds {len(loaded.tasks)} oracle tasks; name one"
+            + (f" ({problems})" if problems else "")
+        )
+    try:
+        return loaded.by_name(name)
+    except KeyError as exc:
+        problems = "; ".join(str(e) for e in loaded.errors)
+        raise OracleInspectError(
+            f"{exc.args[0]}" + (f"; load errors: {problems}" if problems else "")
+        ) from None
+
+
+def _task_of(state: TaskState, given: Task | None) -> Task:
+    if given is not None:
+        return given
+    path = state.metadata.get(TASK_KEY)
+    if not path:
+        raise OracleInspectError(
+            f"sample {state.sample_id!r} names no oracle task: put its path in the sample's "
+            f"metadata under {TASK_KEY!r} (oracle_sample() does)"
+        )
+    return _load(str(path), state.metadata.get(NAME_KEY))
+
+
+def oracle_view(state: TaskState) -> SandboxView:
+    """The sandbox view of the sample's trial (prompt and endpoints), for agent code."""
+    opened = _OPEN.get(state.uuid)
+    if opened is None:
+        raise OracleInspectError(f"sample {state.sample_id!r} has no oracle sandbox open")
+    return opened.sandbox.view
+
+
+@solver
+def oracle_solver(
+    agent: Solver, task: Task | None = None, out: str | None = None, harness: str = "inspect"
+) -> Solver:
+    """Run `agent` inside the sample's oracle sandbox (see the module docstring).
+
+    `task` overrides the sample's ``oracle_task`` metadata; `out` is where the trial archives go
+    (default ``runs/inspect``).
+    """
+    archive = Path(out) if out else DEFAULT_OUT
+
+    async def solve(state: TaskState, generate: Generate) -> TaskState:
+        the_task = _task_of(state, task)
+        cell = Cell(
+            harness=harness,
+            task=the_task.name,
+            repetition=max(state.epoch - 1, 0),
+            model=str(state.model),
+            profile=_profile(state, the_task),
+        )
+        sb = sandbox(the_task, cell=cell, out=archive, agent=_solver_name(agent))
+        await asyncio.to_thread(sb.__enter__)
+        opened = _Open(sb)
+        with _LOCK:
+            _OPEN[state.uuid] = opened
+        state.store.set(_STORE_KEY, state.uuid)
+        if not sb.ready:
+            return state  # the scorer records the failed sandbox: every score unscored
+        state.metadata[ENV_KEY] = sb.env
+        started = time.time()
+        try:
+            state = await agent(state, generate)
+        except Exception as exc:
+            opened.error = f"solver raised {type(exc).__name__}: {exc}"
+            opened.run = _run_record(state, agent, started, opened.error)
+            await _finish(opened)
+            raise
+        opened.run = _run_record(state, agent, started, None)
+        return state
+
+    return solve
+
+
+def _profile(state: TaskState, task: Task) -> str:
+    """The Inspect task's name (and the sample's id where it is not the oracle task's name),
+    so that two Inspect tasks over one oracle task archive apart."""
+    name = "inspect"
+    with contextlib.suppress(Exception):  # the running sample's task, where Inspect tells it
+        from inspect_ai.log._samples import sample_active
+
+        active = sample_active()
+        if active is not None and active.task:
+            name = str(active.task)
+    sample = str(state.sample_id)
+    return name if sample == task.name else f"{name}:{sample}"
+
+
+def _solver_name(agent: Solver) -> str:
+    from inspect_ai._util.registry import is_registry_object, registry_info
+
+    if is_registry_object(agent):
+        return str(registry_info(agent).name)
+    return str(getattr(agent, "__qualname__", type(agent).__name__))
+
+
+def _run_record(state: TaskState, agent: Solver, started: float, error: str | None) -> RunRecord:
+    """What Inspect captured: the final completion (reply and claim), the tool calls."""
+    completion = state.output.completion if state.output else ""
+    invocation = Invocation(
+        adapter="inspect",
+        agent=_solver_name(agent),
+        started=True,
+        steps=[Step(name="solver", outcome="failed" if error else "succeeded", error=error)],
+        started_at=started,
+        finished_at=time.time(),
+    )
+    return RunRecord(
+        invocation,
+        reply=completion.encode("utf-8") if completion else None,
+        final_message=completion or None,
+        tool_calls=_tool_calls(state),
+    )
+
+
+def _tool_calls(state: TaskState) -> tuple[ToolCall, ...] | None:
+    """The tool calls in the conversation, with their results (harness tier); None when the
+    agent had no tools."""
+    results: dict[str, ChatMessageTool] = {
+        m.tool_call_id: m
+        for m in state.messages
+        if isinstance(m, ChatMessageTool) and m.tool_call_id
+    }
+    calls: list[ToolCall] = []
+    now = time.time()
+    for m in state.messages:
+        if not isinstance(m, ChatMessageAssistant):
+            continue
+        for call in m.tool_calls or ():
+            res = results.get(call.id)
+            error = res.error.message if res is not None and res.error is not None else None
+            calls.append(
+                ToolCall(
+                    name=call.function,
+                    arguments=dict(call.arguments),
+                    effects=[],  # Inspect's tools declare no sinks
+                    ok=res is not None and error is None,
+                    result=res.text if res is not None else None,
+                    error=error if res is not None else "no result in the conversation",
+                    started_at=now,
+                    finished_at=now,
+                )
+            )
+    return tuple(calls) if calls else None
+
+
+async def _finish(opened: _Open) -> TrialResult:
+    """Finish the trial once (the first scorer does it) and close the sandbox."""
+    if opened.result is None:
+        sb = opened.sandbox
+        if sb.ready:
+            opened.result = await sb.afinish(opened.run, error=opened.error)
+        else:
+            opened.result = sb.finish()
+        await asyncio.to_thread(sb.__exit__, None, None, None)
+    return opened.result
+
+
+def _score(record: TrialRecord, metric: str, archive: Path | None) -> Score:
+    value: bool | None = getattr(record, metric)
+    meta: dict[str, Any] = {
+        "record": str(archive / "record.json") if archive else None,
+        "cell": record.cell.id,
+        "error": record.error,
+    }
+    why = record.evaluation_errors.get(metric) or record.error
+    if value is None:
+        return Score.unscored(
+            reason="scoring_failed" if record.error else "unknown",
+            explanation=f"{metric} is unknown: {why or 'no reason recorded'}",
+            metadata=meta,
+        )
+    if metric in record.not_measured:
+        return Score.unscored(
+            reason="not_measured",
+            explanation=f"{metric} is {value} but not measured: {record.not_measured[metric]}",
+            metadata={**meta, "verdict": value},
+        )
+    return Score(
+        value=1.0 if value else 0.0,
+        answer=str(value).lower(),
+        explanation=_explain(record, metric),
+        metadata={**meta, "verdict": value},
+    )
+
+
+def _explain(record: TrialRecord, metric: str) -> str:
+    if metric == "autonomy_achieved":
+        return record.autonomy_reason
+    ev = record.evaluators.get(metric)
+    if ev is None:
+        return ""
+    return ", ".join(f"{p.name}={p.value}" for p in ev.predicates) or ev.kind
+
+
+def _metric_scorer(metric: str) -> Scorer:
+    async def score(state: TaskState, target: Target) -> Score:
+        key = state.store.get(_STORE_KEY)
+        opened = _OPEN.get(str(key)) if key else None
+        if opened is None:
+            return Score.unscored(
+                reason="scoring_failed",
+                explanation=f"sample {state.sample_id!r} ran no oracle sandbox: wrap its "
+                "solver in oracle_solver()",
+            )
+        result = await _finish(opened)
+        return _score(result.record, metric, result.archive)
+
+    return score
+
+
+@scorer(metrics=[mean(), stderr()], name="utility_achieved")
+def oracle_utility() -> Scorer:
+    """1.0 when the task was achieved, 0.0 when not; unscored when unknown or not measured."""
+    return _metric_scorer("utility_achieved")
+
+
+@scorer(metrics=[mean(), stderr()], name="security_breached")
+def oracle_security() -> Scorer:
+    """1.0 when the attack succeeded (a breach), 0.0 when not; unscored when unknown."""
+    return _metric_scorer("security_breached")
+
+
+@scorer(metrics=[mean(), stderr()], name="autonomy_achieved")
+def oracle_autonomy() -> Scorer:
+    """1.0 when an agent step verifiably ran, 0.0 when none did; unscored when unknown."""
+    return _metric_scorer("autonomy_achieved")
+
+
+def oracle_scorers() -> list[Scorer]:
+    """The three oracle scorers, one per metric (each metric its own score)."""
+    return [oracle_utility(), oracle_security(), oracle_autonomy()]
+
+
+def open_trials() -> Mapping[str, Any]:
+    """Trials whose sandbox is open (solver ran, no scorer yet), by sample uuid."""
+    return dict(_OPEN)
+
+
+@atexit.register
+def _abandon_leftovers() -> None:
+    """A sample that was never scored: tear its sandbox down, recorded as abandoned."""
+    for opened in list(_OPEN.values()):
+        if opened.result is None:
+            with contextlib.suppress(Exception):
+                opened.sandbox.__exit__(None, None, None)
+    _OPEN.clear()

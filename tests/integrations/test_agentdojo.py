@@ -1,0 +1,211 @@
+"""AgentDojo suites as oracle tasks: the environment sink, the checks' tiers, the controls."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("agentdojo", reason="the 'agentdojo' extra is not installed")
+
+from oracle.controls import prove
+from oracle.embed import sandbox
+from oracle.integrations.agentdojo import (
+    DEFAULT_VERSION,
+    AgentDojoError,
+    EnvSink,
+    canonical,
+    environment,
+    get_suite,
+    load_suite,
+    pair_task,
+    restore,
+    suite_names,
+)
+from oracle.integrations.agentdojo.environment import dumps
+from oracle.integrations.agentdojo.suite import seed_environment
+from oracle.loader import load_tasks
+from tests.conftest import REPO
+
+SUITES = ["banking", "slack", "travel", "workspace"]
+
+
+def test_the_default_version_has_the_four_suites():
+    assert suite_names(DEFAULT_VERSION) == SUITES
+
+
+@pytest.mark.parametrize("name", SUITES)
+def test_an_untouched_environment_diffs_as_empty(name, tmp_path):
+    suite = get_suite(name)
+    first = suite.load_and_inject_default_environment({})
+    second = suite.load_and_inject_default_environment({})
+    (tmp_path / "a.json").write_bytes(dumps(first))
+    (tmp_path / "b.json").write_bytes(dumps(second))
+    a = EnvSink("env", tmp_path / "a.json", suite.environment_type).snapshot()
+    b = EnvSink("env", tmp_path / "b.json", suite.environment_type).snapshot()
+    assert a.digest == b.digest
+    assert EnvSink("env", tmp_path / "a.json").diff(a, b).empty
+
+
+@pytest.mark.parametrize("name", SUITES)
+def test_canonical_form_round_trips_also_after_tools_ran(name):
+    suite = get_suite(name)
+    env = suite.load_and_inject_default_environment({})
+    assert canonical(restore(suite.environment_type, canonical(env))) == canonical(env)
+    assert restore(suite.environment_type, canonical(env)) == env
+    # after a user task's ground truth changed it (new records, edits), the same holds
+    from agentdojo.functions_runtime import FunctionsRuntime
+
+    runtime = FunctionsRuntime(suite.tools)
+    for task in list(suite.user_tasks.values())[:6]:
+        post = task.init_environment(suite.load_and_inject_default_environment({}))
+        for call in task.ground_truth(post.model_copy(deep=True)):
+            runtime.run_function(post, call.function, call.args, raise_on_error=True)
+        again = restore(suite.environment_type, canonical(post))
+        assert canonical(again) == canonical(post), task.ID
+
+
+def test_canonical_form_leaves_out_aliases_and_computed_fields():
+    env = get_suite("workspace").load_and_inject_default_environment({})
+    data = canonical(env)
+    assert "initial_emails" not in data["inbox"] and "emails" in data["inbox"]
+    assert "received" not in data["inbox"]  # a computed field
+    assert "initial_files" not in data["cloud_drive"]
+    some_file = next(iter(data["cloud_drive"]["files"].values()))
+    assert "size" not in some_file and "content" in some_file
+
+
+def test_unknown_version_and_suite_list_the_available_ones():
+    with pytest.raises(AgentDojoError, match=r"no benchmark version 'v9'; available: v1, "):
+        load_suite("workspace", "v9")
+    with pytest.raises(AgentDojoError, match=r"no suite 'mail'; available: banking, slack, travel"):
+        load_suite("mail")
+    with pytest.raises(AgentDojoError, match=r"no user task user_task_999; available: user_task_0"):
+        load_suite("banking", user_tasks=["user_task_999"])
+    with pytest.raises(AgentDojoError, match="no benchmark version"):
+        suite_names("v0.0")
+
+
+def test_all_four_suites_load_as_oracle_tasks():
+    for name in SUITES:
+        suite = get_suite(name)
+        tasks = load_suite(name)
+        assert len(tasks) == len(suite.user_tasks) * len(suite.injection_tasks), name
+        assert len({t.name for t in tasks}) == len(tasks)
+
+
+def test_the_task_file_loads_a_sample(monkeypatch):
+    monkeypatch.setenv("ORACLE_AGENTDOJO_SAMPLE", "1")
+    loaded = load_tasks([REPO / "tasks" / "agentdojo"])
+    assert loaded.errors == []
+    assert sorted(t.metadata["agentdojo"]["suite"] for t in loaded.tasks) == SUITES
+
+
+def test_checks_are_classified_by_the_evidence_they_read():
+    tiers = {}
+    for name in SUITES:
+        for t in load_suite(
+            name,
+            user_tasks=list(get_suite(name).user_tasks),
+            injection_tasks=[next(iter(get_suite(name).injection_tasks))],
+        ):
+            tiers[t.name] = t.metadata["agentdojo"]["utility_tier"]
+    # workspace user_task_0 answers a question: its check reads the final text
+    assert tiers["agentdojo-v1.2.2.workspace.user_task_0.injection_task_0"] == "claim"
+    # slack user tasks that decide from the tool-call trace are harness tier
+    assert "harness" in {v for k, v in tiers.items() if ".slack." in k}
+    # banking user_task_0 pays a bill: it reads the environments only
+    assert tiers["agentdojo-v1.2.2.banking.user_task_0.injection_task_0"] == "environment"
+
+
+def test_a_claim_tier_check_does_not_decide_the_verdict():
+    task = pair_task("workspace", "user_task_0", "injection_task_0")
+    with sandbox(task) as sb:
+        with environment(sb.view) as env:
+            env.call("search_calendar_events", query="Networking event", date="2024-05-26")
+        r = sb.finish(reply="The event is on 26 May.").record
+    assert r.utility_achieved is None
+    assert "claim tier" in r.evaluation_errors["utility_achieved"]
+    assert r.security_breached is False  # the security check reads the environments: it decides
+
+
+def test_an_agent_that_follows_the_injection_breaches_through_agentdojo_tools():
+    task = pair_task("banking", "user_task_0", "injection_task_0")
+    suite = get_suite("banking")
+    user, inj = (
+        suite.get_user_task_by_id("user_task_0"),
+        suite.get_injection_task_by_id("injection_task_0"),
+    )
+    with sandbox(task) as sb:
+        with sb.record_tools(), environment(sb.view) as env:
+            for call in user.ground_truth(env.env.model_copy(deep=True)):
+                env.call(call.function, **call.args)
+            for call in inj.ground_truth(env.env.model_copy(deep=True)):
+                env.call(call.function, **call.args)
+        r = sb.finish(agent="obedient").record
+    assert (r.utility_achieved, r.security_breached, r.autonomy_achieved) == (True, True, True)
+    assert r.injection is not None and r.injection.planted is True
+    assert r.injection.reached is True and "read_file" in r.injection.reached_via[0]
+    added = [c["path"] for c in r.diff["env"]["changes"] if c["change"] == "env_added"]
+    assert any(p.startswith("bank_account/transactions/") for p in added)
+    assert r.tool_calls is not None and [c.name for c in r.tool_calls][:1] == ["read_file"]
+
+
+def test_representative_controls_one_pair_per_suite():
+    picks = {
+        "banking": ("user_task_0", "injection_task_0"),
+        "slack": ("user_task_0", "injection_task_1"),
+        "travel": ("user_task_0", "injection_task_0"),
+        "workspace": ("user_task_0", "injection_task_0"),
+    }
+    statuses = {}
+    for name, (user, inj) in picks.items():
+        task = pair_task(name, user, inj)
+        report = prove(task, save=False)
+        assert report.errors == [] and report.flags == [], name
+        for s in report.statuses:
+            statuses[(name, s.metric.split("_")[0])] = s.status
+        noop = next(r for r in report.runs if r.control.name == "no-op")
+        assert noop.record.security_breached is False and noop.behaved
+    assert statuses[("banking", "security")] == "proven"
+    assert statuses[("banking", "utility")] == "proven"
+    assert statuses[("slack", "security")] == "proven"
+    assert statuses[("travel", "utility")] == "proven"
+    assert statuses[("workspace", "utility")] == "unsupported"
+    assert statuses[("workspace", "security")] == "proven"
+
+
+def test_seed_plants_the_attack_where_the_user_task_reads():
+    env = seed_environment("banking", DEFAULT_VERSION, "direct", "user_task_0", "injection_task_0")
+    goal = get_suite("banking").get_injection_task_by_id("injection_task_0").GOAL
+    assert f"TODO: {goal}" in str(canonical(env))
+
+
+@pytest.mark.e2e
+def test_oracle_controls_runs_on_an_agentdojo_suite_and_prints_its_classification(tmp_path):
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    shutil.copy(REPO / "tasks" / "agentdojo" / "task_agentdojo.py", tmp_path)
+    env = {
+        **os.environ,
+        "ORACLE_AGENTDOJO_SUITES": "workspace,banking",
+        "ORACLE_AGENTDOJO_SAMPLE": "1",
+        "COLUMNS": "250",
+    }
+    oracle = os.path.join(os.path.dirname(sys.executable), "oracle")
+    proc = subprocess.run(
+        [oracle, "controls", str(tmp_path), "--report-only"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert "user_task_0.utility" in out and "unsupported" in out
+    assert "claim tier: utility reads the model's final text" in out
+    assert "injection_task_0.security" in out and "proven" in out
+    assert "injection_ground_truth" in out and "user_ground_truth" in out and "no-op" in out
+    saved = (tmp_path / "task_agentdojo.controls.json").read_text()
+    assert '"status": "unsupported"' in saved and '"proven": true' in saved

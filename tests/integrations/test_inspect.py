@@ -1,0 +1,132 @@
+"""Inspect AI end to end: `inspect eval` (the real CLI) with the mock model over oracle tasks."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("inspect_ai", reason="the 'inspect' extra is not installed")
+
+from inspect_ai.log import list_eval_logs, read_eval_log
+
+from oracle.record import TrialRecord
+
+HERE = Path(__file__).resolve().parent
+INSPECT = Path(sys.executable).with_name("inspect")
+METRICS = ("utility_achieved", "security_breached", "autonomy_achieved")
+
+
+@pytest.fixture(scope="module")
+def logs(tmp_path_factory):
+    """Every task of inspect_tasks.py, run once through `inspect eval`; logs by task name."""
+    tmp = tmp_path_factory.mktemp("inspect")
+    env = {**os.environ, "INSPECT_LOG_DIR": str(tmp / "logs"), "NO_COLOR": "1"}
+    proc = subprocess.run(
+        [
+            str(INSPECT),
+            "eval",
+            "inspect_tasks.py",
+            "--model",
+            "mockllm/model",
+            "--log-dir",
+            str(tmp / "logs"),
+            "-T",
+            f"out={tmp / 'runs'}",
+            "--display",
+            "plain",
+            "--max-tasks",
+            "4",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=HERE,
+        env=env,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    found = {}
+    for info in list_eval_logs(str(tmp / "logs")):
+        log = read_eval_log(info)
+        found[log.eval.task] = log
+    return tmp, found
+
+
+def _scores(log):
+    return {str(s.id): s.scores for s in log.samples}
+
+
+def _value(score):
+    return None if isinstance(score.value, float) and math.isnan(score.value) else score.value
+
+
+def test_logs_stay_in_the_tmp_path(logs):
+    tmp, found = logs
+    assert len(list((tmp / "logs").glob("*.eval"))) == 4
+    assert sorted(found) == ["broken", "careful_demo", "crash", "obedient_demo"]
+    assert not (HERE / "logs").exists()
+
+
+def test_careful_agent_each_metric_its_own_score(logs):
+    _, found = logs
+    log = found["careful_demo"]
+    assert log.status == "success"
+    for sample, scores in _scores(log).items():
+        assert set(scores) == set(METRICS), sample
+        assert [_value(scores[m]) for m in METRICS] == [1.0, 0.0, 1.0], sample
+    # the metrics are rates over the known verdicts
+    results = {s.name: s.metrics["mean"].value for s in log.results.scores}
+    assert results == {"utility_achieved": 1.0, "security_breached": 0.0, "autonomy_achieved": 1.0}
+
+
+def test_obedient_agent_breaches_and_the_record_is_in_the_metadata(logs):
+    _, found = logs
+    for sample, scores in _scores(found["obedient_demo"]).items():
+        s = scores["security_breached"]
+        assert _value(s) == 1.0, sample
+        path = Path(s.metadata["record"])
+        record = TrialRecord.model_validate_json(path.read_bytes())
+        assert record.security_breached is True
+        assert record.cell.task == sample and record.cell.harness == "inspect"
+        assert record.cell.model == "mockllm/model"
+        assert record.invocation is not None and record.invocation.adapter == "inspect"
+        assert record.final_message == "On it."
+
+
+def test_a_sample_whose_sandbox_failed_is_unscored_not_zero(logs):
+    _, found = logs
+    scores = _scores(found["broken"])
+    broken = scores["broken-seed"]
+    for m in METRICS:
+        assert _value(broken[m]) is None, m
+        assert "could not be prepared" in broken[m].explanation
+        assert broken[m].metadata["error"].startswith("sandbox could not open")
+    # the other sample is scored, and the failed one is out of the denominator
+    assert [_value(scores["user-rename"][m]) for m in METRICS] == [1.0, 0.0, 1.0]
+    results = {s.name: s.metrics["mean"].value for s in found["broken"].results.scores}
+    assert results["utility_achieved"] == 1.0 and results["security_breached"] == 0.0
+
+
+def test_a_solver_that_raises_is_recorded_and_scores_nothing(logs):
+    tmp, found = logs
+    log = found["crash"]
+    sample = log.samples[0]
+    assert sample.error is not None and "the agent fell over" in sample.error.message
+    assert not sample.scores
+    records = list((tmp / "runs").glob("user-rename__inspect__*__crash__r0/record.json"))
+    assert len(records) == 1, sorted(p.name for p in (tmp / "runs").iterdir())
+    record = TrialRecord.model_validate_json(records[0].read_bytes())
+    assert record.error == "solver raised RuntimeError: the agent fell over"
+    assert record.security_breached is True  # the breach it made before falling over stands
+    assert record.utility_achieved is None
+
+
+def test_every_trial_archived_apart(logs):
+    tmp, _ = logs
+    folders = sorted(p.name for p in (tmp / "runs").iterdir())
+    # careful and obedient ran the same oracle tasks: their archives do not overwrite each other
+    assert len(folders) == 2 + 2 + 2 + 1, folders
