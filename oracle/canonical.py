@@ -10,6 +10,11 @@ cannot be confused with a string that happens to look alike:
 {'$float': 'inf'}
 >>> dumps({"b": 1, "a": [1.5, None]})
 b'{"a":[1.5,null],"b":1}'
+
+Across database backends a value has one form whatever driver read it: a timestamp with a zone
+is written in UTC (``2024-01-01T09:00:00+00:00``), a decimal keeps its scale, a JSON column holds
+its parsed structure, and a JSON ``null`` stored in a column is `JSON_NULL` (``{"$json": null}``),
+so that it stays apart from SQL ``NULL`` (``None``).
 """
 
 from __future__ import annotations
@@ -28,6 +33,30 @@ import orjson
 type Json = bool | int | float | str | list["Json"] | dict[str, "Json"] | None
 
 
+class JsonNull:
+    """A JSON ``null`` held in a column: not the same as SQL ``NULL`` (``None``)."""
+
+    _instance: JsonNull | None = None
+
+    def __new__(cls) -> JsonNull:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "JSON_NULL"
+
+    def __eq__(self, other: object) -> bool:
+        return other is self or other == {"$json": None}
+
+    def __hash__(self) -> int:
+        return hash("JSON_NULL")
+
+
+#: The one `JsonNull`.
+JSON_NULL = JsonNull()
+
+
 def _default(value: Any) -> Any:
     """Tagged forms for the types that JSON has no word for."""
     if isinstance(value, bytes | bytearray | memoryview):
@@ -36,6 +65,11 @@ def _default(value: Any) -> Any:
         return {"$decimal": str(value)}
     if isinstance(value, _dt.timedelta):
         return {"$timedelta": value.total_seconds()}
+    if isinstance(value, JsonNull):
+        return {"$json": None}
+    if isinstance(value, _dt.datetime):
+        # orjson writes aware datetimes with their own offset; one instant gets one form.
+        return _datetime(value)
     raise TypeError(f"cannot put a value of type {type(value).__name__} into evidence: {value!r}")
 
 
@@ -43,6 +77,12 @@ def _float(value: float) -> Json:
     if math.isfinite(value):
         return value
     return {"$float": "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")}
+
+
+def _datetime(value: _dt.datetime) -> str:
+    if value.tzinfo is not None and value.utcoffset() is not None:
+        value = value.astimezone(_dt.UTC)
+    return value.isoformat()
 
 
 def to_jsonable(value: Any) -> Json:
@@ -59,7 +99,9 @@ def to_jsonable(value: Any) -> Json:
         return [to_jsonable(v) for v in value]
     if isinstance(value, Mapping):
         return {str(k): to_jsonable(v) for k, v in value.items()}
-    if isinstance(value, _dt.datetime | _dt.date | _dt.time):
+    if isinstance(value, _dt.datetime):
+        return _datetime(value)
+    if isinstance(value, _dt.date | _dt.time):
         return value.isoformat()
     if isinstance(value, uuid.UUID):
         return str(value)
