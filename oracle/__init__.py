@@ -3,13 +3,25 @@
 The authoring surface, in one import::
 
     from oracle import Task, Injection, Scope, breach, clean, mirror, sqlite, folder, File, Link
+    from oracle import postgres, mariadb, redis, rabbitmq        # sinks on real servers
 
 See docs/authoring.md.
 """
 
 from oracle.agent import Agent, CallableAgent, RunRecord
 from oracle.evidence import Evidence
-from oracle.fixtures import Dir, File, Link, folder, sqlite
+from oracle.fixtures import (
+    Dir,
+    File,
+    Link,
+    Sorted,
+    folder,
+    mariadb,
+    postgres,
+    rabbitmq,
+    redis,
+    sqlite,
+)
 from oracle.loader import load_tasks
 from oracle.record import Cell, TrialRecord
 from oracle.sandbox import Sandbox, SandboxView
@@ -30,6 +42,7 @@ __all__ = [
     "Sandbox",
     "SandboxView",
     "Scope",
+    "Sorted",
     "Task",
     "TaskError",
     "TrialRecord",
@@ -37,7 +50,11 @@ __all__ = [
     "clean",
     "folder",
     "load_tasks",
+    "mariadb",
     "mirror",
+    "postgres",
+    "rabbitmq",
+    "redis",
     "run_trial",
     "sqlite",
 ]

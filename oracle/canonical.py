@@ -147,3 +147,34 @@ def digest(data: bytes) -> str:
 def digest_json(value: Any) -> str:
     """sha256 of the canonical JSON of `value`."""
     return digest(dumps(value))
+
+
+def native(value: Any) -> Any:
+    """The Python value of a canonical one: tagged forms back to `Decimal`, bytes, floats…
+
+    Predicates read canonical values; use this to compute with them:
+
+    >>> native({"$decimal": "49.90"}) + 1
+    Decimal('50.90')
+    >>> native([{"$bytes": "AAE="}, 3])
+    [b'\\x00\\x01', 3]
+    """
+    if isinstance(value, list):
+        return [native(v) for v in value]
+    if isinstance(value, dict):
+        if len(value) == 1:
+            (tag, raw), *_ = value.items()
+            if tag == "$decimal":
+                return decimal.Decimal(raw)
+            if tag == "$bytes":
+                return base64.b64decode(raw)
+            if tag == "$float":
+                return float(raw)
+            if tag == "$int":
+                return int(raw)
+            if tag == "$timedelta":
+                return _dt.timedelta(seconds=raw)
+            if tag == "$json" and raw is None:
+                return JSON_NULL
+        return {k: native(v) for k, v in value.items()}
+    return value

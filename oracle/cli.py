@@ -25,6 +25,7 @@ from oracle.check import check_task
 from oracle.controls import ControlsReport, classify, run_controls
 from oracle.loader import Loaded, load_tasks
 from oracle.record import Cell, TrialRecord, record_schema
+from oracle.services import REQUIRE_ENV, required, unreachable
 from oracle.render import console, controls_tables, record_panel, summary_table, verdict_table
 from oracle.task import Task
 from oracle.trial import run_trial
@@ -86,6 +87,25 @@ def _report_load_errors(loaded: Loaded) -> None:
     out = console()
     for e in loaded.errors:
         out.print(f"[red]could not load[/red] {e}")
+
+
+def _available(tasks: list[Task]) -> tuple[list[Task], list[str]]:
+    """The tasks whose servers are reachable, and a problem per skipped task when
+    ORACLE_REQUIRE_SERVICES=1 (else skipping is not a failure). Prints each skip."""
+    kept: list[Task] = []
+    problems: list[str] = []
+    for t in tasks:
+        missing = unreachable(t)
+        if not missing:
+            kept.append(t)
+            continue
+        why = "; ".join(missing)
+        if required():
+            console().print(f"[red]cannot run[/red] {t.name}: {why} ({REQUIRE_ENV}=1)")
+            problems.append(f"{t.name}: {why}")
+        else:
+            console().print(f"[yellow]skipped[/yellow] {t.name}: needs {why}")
+    return kept, problems
 
 
 def _default_out() -> Path:
@@ -189,6 +209,8 @@ def trial(
     tasks, refused = (loaded.tasks, []) if no_check else _checked(loaded.tasks)
     for msg in refused:
         console().print(f"[red]refused by check:[/red] {msg}")
+    tasks, down = _available(tasks)
+    refused += down
     out = out or _default_out()
     records = run_trials(tasks, agents, out, repetitions, model, profile)
     c = console()
@@ -215,7 +237,9 @@ def controls(
         console().print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
     _report_load_errors(loaded)
-    report = run_all_controls(loaded.tasks, out)
+    tasks, down = _available(loaded.tasks)
+    report = run_all_controls(tasks, out)
+    report.errors.extend(down)
     c = console()
     for table in controls_tables(report):
         c.print(table)
@@ -300,6 +324,8 @@ def demo_command(
     tasks, refused = _checked(loaded.tasks)
     for msg in refused:
         console().print(f"[red]refused by check:[/red] {msg}")
+    tasks, down = _available(tasks)
+    refused += down
     out = out or _default_out()
     agents = [resolve_agent("careful"), resolve_agent("obedient")]
     records = run_trials(tasks, agents, out / "trials", 1, "none", "default")

@@ -3,6 +3,7 @@
 Both follow *runbook lines*, one action per line, written in plain text wherever they appear::
 
     RUN sql <sink>: <statement>
+    RUN redis <sink>: <command>          (``HSET flags dark_mode on``, split like a shell)
     RUN write <path>: <text>            (``\\n`` in text is a newline)
     RUN append <path>: <text>
     RUN replace <path>: <old> => <new>
@@ -11,7 +12,7 @@ Both follow *runbook lines*, one action per line, written in plain text wherever
     RUN chmod <octal mode> <path>
 
 Both read the prompt, every text file under the task root and every text value in every
-database, as an agent reading its tool results would. The difference is whom they obey:
+database (SQL or Redis), as an agent reading its tool results would. The difference is whom they obey:
 
 - ``careful`` runs the lines of the user's prompt only; what it reads is data.
 - ``obedient`` also runs every line it finds in what it reads: the injection works on it.
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import sys
 from collections.abc import Iterator, Mapping
@@ -59,9 +61,22 @@ def _db_url(env: Mapping[str, str], sink: str) -> str:
     return env.get(f"ORACLE_DB_URL_{env_suffix(sink)}") or env["ORACLE_DB_URL"]
 
 
+def _redis_url(env: Mapping[str, str], sink: str) -> str:
+    return env.get(f"ORACLE_REDIS_URL_{env_suffix(sink)}") or env["ORACLE_REDIS_URL"]
+
+
 def act(env: Mapping[str, str], verb: str, rest: str) -> None:
     """Carry out one runbook line."""
-    if verb == "sql":
+    if verb == "redis":
+        import redis
+
+        sink, _, command = rest.partition(":")
+        client = redis.Redis.from_url(_redis_url(env, sink.strip()))
+        try:
+            client.execute_command(*shlex.split(command.strip()))
+        finally:
+            client.close()
+    elif verb == "sql":
         sink, _, statement = rest.partition(":")
         engine = sa.create_engine(_db_url(env, sink.strip()), poolclass=sa.pool.NullPool)
         try:
@@ -122,6 +137,33 @@ def _read_inputs(env: Mapping[str, str]) -> Iterator[str]:
                                 yield value
         finally:
             engine.dispose()
+    for url in sorted({v for k, v in env.items() if k.startswith("ORACLE_REDIS_URL")}):
+        yield from _redis_texts(url)
+
+
+def _redis_texts(url: str) -> Iterator[str]:
+    import redis
+
+    client = redis.Redis.from_url(url)
+    try:
+        for key in sorted(client.scan_iter()):
+            kind = client.type(key).decode()
+            values: list[bytes]
+            if kind == "string":
+                values = [client.get(key)]
+            elif kind == "hash":
+                values = list(client.hgetall(key).values())
+            elif kind == "list":
+                values = client.lrange(key, 0, -1)
+            else:
+                continue
+            for v in values:
+                try:
+                    yield v.decode("utf-8")
+                except (UnicodeDecodeError, AttributeError):
+                    continue
+    finally:
+        client.close()
 
 
 def follow(env: Mapping[str, str], *, obey_data: bool) -> list[str]:

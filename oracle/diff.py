@@ -20,7 +20,9 @@ from pydantic import BaseModel, ConfigDict
 from oracle.canonical import Json, to_jsonable
 
 if TYPE_CHECKING:
+    from oracle.sinks.amqp import AmqpDiff
     from oracle.sinks.files import FileDiff
+    from oracle.sinks.redis import RedisDiff
     from oracle.sinks.sql import SqlDiff
 
 
@@ -179,6 +181,16 @@ class Diff(Mapping[str, SinkDiff]):
     def files(self, sink: str) -> FileDiff:
         """The diff of the file sink `sink`."""
         result: FileDiff = self._typed(sink, "files")
+        return result
+
+    def redis(self, sink: str) -> RedisDiff:
+        """The diff of the Redis sink `sink`."""
+        result: RedisDiff = self._typed(sink, "redis")
+        return result
+
+    def amqp(self, sink: str) -> AmqpDiff:
+        """The diff of the message-queue sink `sink` (RabbitMQ)."""
+        result: AmqpDiff = self._typed(sink, "amqp")
         return result
 
     def of_kind(self, kind: str) -> list[SinkDiff]:

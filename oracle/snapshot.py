@@ -14,7 +14,9 @@ from oracle.canonical import Json
 from oracle.diff import UnknownSinkError
 
 if TYPE_CHECKING:
+    from oracle.sinks.amqp import AmqpState
     from oracle.sinks.files import FolderState
+    from oracle.sinks.redis import RedisState
     from oracle.sinks.sql import SqlState
 
 
@@ -100,4 +102,14 @@ class States(Mapping[str, Snapshot]):
     def files(self, sink: str) -> FolderState:
         """The state of the file sink `sink`: ``text(path)``, ``exists(path)``…"""
         state: FolderState = self._state(sink, "files")
+        return state
+
+    def redis(self, sink: str) -> RedisState:
+        """The state of the Redis sink `sink`: ``value(key)``, ``keys(pattern)``…"""
+        state: RedisState = self._state(sink, "redis")
+        return state
+
+    def amqp(self, sink: str) -> AmqpState:
+        """The state of the message-queue sink `sink`: ``published(...)``, ``queued(...)``."""
+        state: AmqpState = self._state(sink, "amqp")
         return state

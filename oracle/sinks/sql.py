@@ -84,6 +84,8 @@ class SqlSink:
         #: Called after every read, inside the snapshot: each raises `SnapshotError` when
         #: something the snapshot relies on was tampered with (a fixture's template, say).
         self.guards: list[Callable[[], None]] = []
+        #: Called with the state of every snapshot taken (fixtures keep the seed's).
+        self.on_snapshot: Callable[[SqlState], None] | None = None
         self._expected: tuple[str, str, Callable[[Snapshot], None] | None] | None = None
         self._reader: ServerReader | None = None
 
@@ -179,6 +181,8 @@ class SqlSink:
         snap = Snapshot(self.name, KIND, digest, state, started)
         if self.server_digests:
             self.base = state
+        if self.on_snapshot is not None:
+            self.on_snapshot(state)
         if expected is not None:
             want, label, on_match = expected
             if digest != want:
