@@ -25,8 +25,8 @@ from oracle.check import check_task
 from oracle.controls import ControlsReport, classify, run_controls
 from oracle.loader import Loaded, load_tasks
 from oracle.record import Cell, TrialRecord, record_schema
-from oracle.services import REQUIRE_ENV, required, unreachable
 from oracle.render import console, controls_tables, record_panel, summary_table, verdict_table
+from oracle.services import REQUIRE_ENV, required, unreachable
 from oracle.task import Task
 from oracle.trial import run_trial
 
@@ -104,7 +104,7 @@ def _available(tasks: list[Task]) -> tuple[list[Task], list[str]]:
             console().print(f"[red]cannot run[/red] {t.name}: {why} ({REQUIRE_ENV}=1)")
             problems.append(f"{t.name}: {why}")
         else:
-            console().print(f"[yellow]skipped[/yellow] {t.name}: needs {why}")
+            console().print(f"[yellow]skipped[/yellow] {t.name}: {why}")
     return kept, problems
 
 

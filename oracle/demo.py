@@ -12,7 +12,8 @@ Both follow *runbook lines*, one action per line, written in plain text wherever
     RUN chmod <octal mode> <path>
 
 Both read the prompt, every text file under the task root and every text value in every
-database (SQL or Redis), as an agent reading its tool results would. The difference is whom they obey:
+database (SQL or Redis), as an agent reading its tool results would. The difference is whom
+they obey:
 
 - ``careful`` runs the lines of the user's prompt only; what it reads is data.
 - ``obedient`` also runs every line it finds in what it reads: the injection works on it.
@@ -30,6 +31,7 @@ import shutil
 import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -71,7 +73,7 @@ def act(env: Mapping[str, str], verb: str, rest: str) -> None:
         import redis
 
         sink, _, command = rest.partition(":")
-        client = redis.Redis.from_url(_redis_url(env, sink.strip()))
+        client: Any = redis.Redis.from_url(_redis_url(env, sink.strip()))
         try:
             client.execute_command(*shlex.split(command.strip()))
         finally:
@@ -144,11 +146,11 @@ def _read_inputs(env: Mapping[str, str]) -> Iterator[str]:
 def _redis_texts(url: str) -> Iterator[str]:
     import redis
 
-    client = redis.Redis.from_url(url)
+    client: Any = redis.Redis.from_url(url)
     try:
         for key in sorted(client.scan_iter()):
             kind = client.type(key).decode()
-            values: list[bytes]
+            values: list[Any]
             if kind == "string":
                 values = [client.get(key)]
             elif kind == "hash":

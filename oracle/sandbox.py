@@ -98,7 +98,6 @@ class SandboxView:
         finally:
             engine.dispose()
 
-
     def redis(self, sink: str | None, *command: str | bytes | int | float) -> Any:
         """Run one Redis command on sink `sink` (the first Redis sink if None); its reply."""
         import redis
@@ -108,7 +107,7 @@ class SandboxView:
             url = self.env[key]
         except KeyError:
             raise KeyError(f"task {self.task!r} has no Redis sink {sink or '(default)'}") from None
-        client = redis.Redis.from_url(url)
+        client: Any = redis.Redis.from_url(url)
         try:
             return client.execute_command(*command)
         finally:

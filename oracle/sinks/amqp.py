@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any, ClassVar, Literal, Protocol
 
+from pydantic import Field
+
 from oracle.canonical import Json, digest_json, to_jsonable
 from oracle.diff import Change, SinkDiff
 from oracle.query import matches
@@ -60,9 +62,7 @@ def message_record(
         text = body
     parsed: Json = None
     ctype = getattr(properties, "content_type", None)
-    if isinstance(text, str) and (
-        (ctype and "json" in ctype) or text.lstrip()[:1] in ("{", "[")
-    ):
+    if isinstance(text, str) and ((ctype and "json" in ctype) or text.lstrip()[:1] in ("{", "[")):
         try:
             parsed = to_jsonable(json.loads(text))
         except ValueError:
@@ -137,8 +137,8 @@ class _MessageChange(Change):
     routing_key: str
     body: Any
     json_body: Any = None
-    headers: dict[str, Any] = {}
-    properties: dict[str, Any] = {}
+    headers: dict[str, Any] = Field(default_factory=dict)
+    properties: dict[str, Any] = Field(default_factory=dict)
 
     def record(self) -> dict[str, Any]:
         return {

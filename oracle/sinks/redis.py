@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import json
 import time
-from fnmatch import fnmatchcase
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 from types import MappingProxyType
 from typing import Any, ClassVar, Literal
 
@@ -81,7 +81,10 @@ def _value(kind: str, raw: Any) -> Json:
         return {str(to_jsonable(_text(m))): float(s) for m, s in _pairs(raw)}
     if kind == "stream":
         return [
-            {"id": _text(entry[0]), "fields": {str(_text(f)): _text(v) for f, v in _pairs(entry[1])}}
+            {
+                "id": _text(entry[0]),
+                "fields": {str(_text(f)): _text(v) for f, v in _pairs(entry[1])},
+            }
             for entry in raw
         ]
     raise ValueError(f"type {kind!r} is not read")
@@ -156,9 +159,7 @@ class RedisState:
 
     def holds_text(self, where: str, text: str) -> bool:
         """Whether `text` occurs in a text value of a key matching `where` (a glob)."""
-        return any(
-            text in s for k in self.keys(where) for s in _strings(self.keys_[k].value)
-        )
+        return any(text in s for k in self.keys(where) for s in _strings(self.keys_[k].value))
 
 
 # -- changes --------------------------------------------------------------------------------
@@ -323,9 +324,7 @@ def diff_redis(sink: str, before: RedisState, after: RedisState) -> RedisDiff:
         if old is None and new is not None:
             changes.append(KeyAdded(key=key, type=new.type, value=new.value, expires=new.expires))
         elif new is None and old is not None:
-            changes.append(
-                KeyRemoved(key=key, type=old.type, value=old.value, expires=old.expires)
-            )
+            changes.append(KeyRemoved(key=key, type=old.type, value=old.value, expires=old.expires))
         elif old is not None and new is not None and old != new:
             fields = None
             if old.type == new.type == "hash":
@@ -358,9 +357,7 @@ class RedisSink:
 
     kind = KIND
 
-    def __init__(
-        self, name: str, url: str, *, pattern: str = "*", timeout: float = 5.0
-    ) -> None:
+    def __init__(self, name: str, url: str, *, pattern: str = "*", timeout: float = 5.0) -> None:
         self.name = name
         self.url = url
         self.pattern = pattern

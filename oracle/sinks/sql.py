@@ -33,8 +33,8 @@ from sqlalchemy.engine import Engine
 
 from oracle.canonical import digest_json
 from oracle.sinks.sql_diff import SqlDiff, diff_states
-from oracle.sinks.sql_state import ColumnInfo, SchemaObject, SqlState, TableState, build_table
 from oracle.sinks.sql_server import Dialect, ServerReader
+from oracle.sinks.sql_state import ColumnInfo, SchemaObject, SqlState, TableState, build_table
 from oracle.snapshot import Snapshot, SnapshotError
 
 KIND = "sql"
@@ -116,6 +116,7 @@ class SqlSink:
                 connect_args["timeout"] = self.timeout
             elif backend == "postgresql":
                 connect_args["application_name"] = f"oracle-sink-{os.getpid()}"
+                connect_args["client_encoding"] = "UTF8"
                 connect_args["connect_timeout"] = max(1, round(self.timeout))
             elif backend in ("mysql", "mariadb"):
                 connect_args["connect_timeout"] = max(1, round(self.timeout))

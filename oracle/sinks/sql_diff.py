@@ -8,8 +8,8 @@ field by field; JSON columns get a structural diff (deepdiff) as the field's ``d
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, ClassVar, Literal
 
 from deepdiff import DeepDiff
@@ -305,7 +305,7 @@ def _differing_chunks(b: TableState, a: TableState) -> tuple[TableState, TableSt
         for k in sorted(b.chunks.keys() | a.chunks.keys())
         if (b.chunks.get(k) is None)
         or (a.chunks.get(k) is None)
-        or b.chunks[k].digest != a.chunks[k].digest  # type: ignore[union-attr]
+        or b.chunks[k].digest != a.chunks[k].digest
     ]
 
     def part(t: TableState) -> TableState:

@@ -128,9 +128,19 @@ class PostgresDialect:
     def columns(self, cur: Cursor, table: str) -> list[Column]:
         cur.execute(_COLUMNS, (self.qualified(table),))
         out = []
-        for name, typ, nullable, default, base, typtype, category, send, elem, etype, det in (
-            cur.fetchall()
-        ):
+        for (
+            name,
+            typ,
+            nullable,
+            default,
+            base,
+            typtype,
+            category,
+            send,
+            elem,
+            etype,
+            det,
+        ) in cur.fetchall():
             q = _quote(name)
             is_json = base in _JSON
             if base in _NATIVE_HASH or (base in _TEXT and det):
@@ -143,9 +153,9 @@ class PostgresDialect:
             decode: Any = None
             if is_json:
                 select, decode = f"({q})::pg_catalog.text", parse_json
-            elif base in _NATIVE_READ or typtype == "e":
-                select = q
-            elif category == "A" and elem in _NATIVE_READ:
+            elif (
+                base in _NATIVE_READ or typtype == "e" or (category == "A" and elem in _NATIVE_READ)
+            ):
                 select = q
             elif category == "A" and etype == "e":
                 select = f"({q})::pg_catalog.text[]"
@@ -260,7 +270,7 @@ def install_loaders(dbapi_connection: Any) -> None:
     from psycopg.types import datetime as pgdt
 
     def tolerant(base: type[Any]) -> type[Any]:
-        class Loader(base):  # type: ignore[valid-type, misc]
+        class Loader(base):  # type: ignore[misc]
             def load(self, data: Any) -> Any:
                 try:
                     return super().load(data)

@@ -258,14 +258,17 @@ class ServerReader:
                     f"{len(chunks[b].rows)} were read",
                 )
         frozen = MappingProxyType(chunks)
-        digest = "server:" + digest_json(
-            {
-                "columns": [c.model_dump() for c in infos],
-                "pk": list(pk),
-                "chunking": chunking.describe(),
-                "chunks": [[b, n, s] for b, (n, s) in sorted(server.items())],
-            }
-        ).split(":", 1)[1]
+        digest = (
+            "server:"
+            + digest_json(
+                {
+                    "columns": [c.model_dump() for c in infos],
+                    "pk": list(pk),
+                    "chunking": chunking.describe(),
+                    "chunks": [[b, n, s] for b, (n, s) in sorted(server.items())],
+                }
+            ).split(":", 1)[1]
+        )
         return TableState(
             name=name,
             columns=infos,
