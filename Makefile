@@ -12,7 +12,7 @@ FIND_PYTHON := for p in $(PYTHON_CANDIDATES); do \
 	  if command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(sys.version_info < (3, 12))' >/dev/null 2>&1; then \
 	    echo $$p; break; fi; done
 
-.PHONY: help venv trial test bench lint schema clean
+.PHONY: help venv trial test bench lint schema clean services
 
 help:
 	@echo "make trial   run the demo suite with both demo agents and every control"
@@ -20,6 +20,7 @@ help:
 	@echo "make bench   run the benchmarks, write benchmarks/results.json"
 	@echo "make lint    ruff and mypy"
 	@echo "make schema  re-export the JSON schemas into schemas/"
+	@echo "make services start PostgreSQL, MariaDB, Redis, RabbitMQ where installed but down"
 
 $(STAMP): pyproject.toml
 	@py="$$($(FIND_PYTHON))"; \
@@ -52,6 +53,17 @@ lint: $(STAMP)
 
 schema: $(STAMP)
 	$(BIN)/oracle schema --out schemas
+
+# Start the local servers the integration tests use, when installed but not listening.
+# Each is best effort: a test that needs a server still says which one is missing.
+services:
+	@up() { (exec 3<>/dev/tcp/127.0.0.1/$$1) 2>/dev/null; }; \
+	up 5432 || { command -v pg_ctlcluster >/dev/null && pg_ctlcluster --skip-systemctl-redirect $$(ls /etc/postgresql | head -1) main start || true; }; \
+	up 3306 || { command -v mariadbd >/dev/null && start-stop-daemon --start --oknodo --background --exec $$(command -v mariadbd) || true; }; \
+	up 6379 || { command -v redis-server >/dev/null && redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no || true; }; \
+	up 5672 || { command -v rabbitmq-server >/dev/null && rabbitmq-server -detached || true; }; \
+	for i in $$(seq 30); do up 5432 && up 3306 && up 6379 && up 5672 && break; sleep 1; done; \
+	true
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .mypy_cache .ruff_cache

@@ -28,6 +28,8 @@ from importlib.metadata import version
 from typing import Any
 
 import bench_files
+import bench_mariadb
+import bench_postgres
 import bench_sqlite
 from common import HERE, Result
 
@@ -43,6 +45,10 @@ class Benchmark:
 BENCHMARKS: list[Benchmark] = [
     Benchmark(bench_sqlite.NAME, bench_sqlite.run),
     Benchmark(bench_files.NAME, bench_files.run),
+    Benchmark(bench_postgres.NAME_100K, bench_postgres.run_100k),
+    Benchmark(bench_postgres.NAME_1M, bench_postgres.run_1m),
+    Benchmark(bench_postgres.NAME_RESET, bench_postgres.run_reset),
+    Benchmark(bench_mariadb.NAME, bench_mariadb.run),
 ]
 
 
