@@ -65,12 +65,9 @@ def run(profiler: cProfile.Profile | None = None) -> Result:
                         (template,),
                     )
                     for (table,) in cur.fetchall():
-                        cur.execute(
-                            f"CREATE TABLE `{database}`.`{table}` LIKE `{template}`.`{table}`"
-                        )
-                        cur.execute(
-                            f"INSERT INTO `{database}`.`{table}` SELECT * FROM `{template}`.`{table}`"
-                        )
+                        new, old = f"`{database}`.`{table}`", f"`{template}`.`{table}`"
+                        cur.execute(f"CREATE TABLE {new} LIKE {old}")
+                        cur.execute(f"INSERT INTO {new} SELECT * FROM {old}")
 
             other = measure_call(template_copy, 5)
             with conn.cursor() as cur:
