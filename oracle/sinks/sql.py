@@ -88,6 +88,9 @@ class SqlSink:
         self.on_snapshot: Callable[[SqlState], None] | None = None
         self._expected: tuple[str, str, Callable[[Snapshot], None] | None] | None = None
         self._reader: ServerReader | None = None
+        # psycopg's fast (C) date loaders fail on 'infinity'; the tolerant ones are slower,
+        # so they are used only once a database showed it holds such values.
+        self._tolerant_dates = False
 
     def __repr__(self) -> str:
         return f"SqlSink({self.name!r}, {self.display_url!r})"
@@ -128,9 +131,11 @@ class SqlSink:
             if backend == "postgresql":
                 from oracle.sinks.sql_postgres import install_loaders
 
-                sa.event.listen(
-                    self._engine, "connect", lambda dbapi, _record: install_loaders(dbapi)
-                )
+                def on_connect(dbapi: Any, _record: Any) -> None:
+                    if self._tolerant_dates:
+                        install_loaders(dbapi)
+
+                sa.event.listen(self._engine, "connect", on_connect)
         return self._engine
 
     def expect_seed(
@@ -198,6 +203,15 @@ class SqlSink:
         return snap
 
     def _read_server(self) -> SqlState:
+        try:
+            return self._read_server_once()
+        except SnapshotError as exc:
+            if self._tolerant_dates or "infinity" not in str(exc.__cause__ or ""):
+                raise
+        self._tolerant_dates = True
+        return self._read_server_once()
+
+    def _read_server_once(self) -> SqlState:
         reader = self._reader
         if reader is None:
             reader = self._reader = ServerReader(

@@ -52,6 +52,8 @@ from oracle.snapshot import SnapshotError
 
 #: Rows per chunk the chunking aims at.
 TARGET_CHUNK_ROWS = 1024
+#: Chunks holding on average this many times the target are cut again.
+REGROW = 16
 #: Above this many differing range chunks, fetch with one scan instead of index ranges.
 MAX_RANGES = 64
 
@@ -222,6 +224,8 @@ class ServerReader:
             and old.primary_key == pk
             and old.chunking.mode == mode
             and old.chunking.seed == PROCESS_SEED
+            # A table that grew far past what its chunks were cut for is cut again (once).
+            and len(old.rows) <= REGROW * TARGET_CHUNK_ROWS * max(1, len(old.chunks))
         )
         table = d.qualified(name)
         if reuse:
@@ -330,12 +334,17 @@ class ServerReader:
         decoders = [(i, c.decode) for i, c in enumerate(columns) if c.decode is not None]
         out: dict[int, list[Row]] = {b: [] for b in wanted}
         for raw in cur.fetchall():
-            row = list(raw[1:])
-            for i, fn in decoders:
-                row[i] = fn(row[i])
-            b = int(raw[0])
-            if b in out:
-                out[b].append(tuple(row))
+            b = raw[0] if type(raw[0]) is int else int(raw[0])
+            part = out.get(b)
+            if part is None:
+                continue
+            if decoders:
+                row = list(raw[1:])
+                for i, fn in decoders:
+                    row[i] = fn(row[i])
+                part.append(tuple(row))
+            else:
+                part.append(tuple(raw[1:]))
         self.stats["rows_fetched"] += sum(len(v) for v in out.values())
         return out
 

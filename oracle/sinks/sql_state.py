@@ -102,7 +102,7 @@ class ChunkedView(Mapping[tuple[Any, ...], Any]):
         self._chunks = chunks
         self._chunking = chunking
         self._attr = attr
-        self._len = sum(len(getattr(c, attr)) for c in chunks.values())
+        self._len = sum(len(c.rows) for c in chunks.values())
         self._index: dict[tuple[Any, ...], int] | None = None
 
     def _part(self, bucket: int) -> Mapping[tuple[Any, ...], Any]:

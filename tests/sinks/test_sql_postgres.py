@@ -353,3 +353,21 @@ def test_row_change_types_round_trip_from_an_archive(pg):
     for raw in d.to_json()["changes"]:
         c = change_from_json(raw)
         assert isinstance(c, RowAdded | RowRemoved | RowChanged)
+
+
+def test_a_table_that_grows_far_past_its_chunks_is_cut_again(pg):
+    db = pg.database("CREATE TABLE g (k text PRIMARY KEY);")
+    s = sink(pg, db)
+    before = s.snapshot()
+    assert before.state.tables["g"].chunking.buckets == 1
+    pg.run(db, "INSERT INTO g SELECT 'k' || n FROM generate_series(1, 40000) n")
+    grown = s.snapshot()
+    assert grown.state.tables["g"].chunking.buckets == 1  # cut for the base it diffed against
+    d = s.diff(before, grown)
+    assert len(d.added("g")) == 40000
+    recut = s.snapshot()
+    assert recut.state.tables["g"].chunking.buckets == 64
+    pg.run(db, "DELETE FROM g WHERE k = 'k7'")
+    after = s.snapshot()
+    assert s.last_read["chunks_fetched"] == 1
+    assert [c.key for c in s.diff(recut, after).removed("g")] == [["k7"]]
