@@ -371,3 +371,38 @@ def test_a_table_that_grows_far_past_its_chunks_is_cut_again(pg):
     after = s.snapshot()
     assert s.last_read["chunks_fetched"] == 1
     assert [c.key for c in s.diff(recut, after).removed("g")] == [["k7"]]
+
+
+def test_an_insert_between_two_keys_is_caught(pg):
+    db = pg.database(
+        "CREATE TABLE sparse (id int PRIMARY KEY, v text);"
+        "INSERT INTO sparse SELECT 2 * g, 'v' FROM generate_series(1, 5000) g;"
+    )
+    s = sink(pg, db)
+    before = s.snapshot()
+    pg.run(db, "INSERT INTO sparse VALUES (4001, 'between 4000 and 4002')")
+    d = s.diff(before, s.snapshot())
+    assert [c.key for c in d.added("sparse")] == [[4001]]
+    assert s.last_read["chunks_fetched"] == 1
+
+
+def test_shadowing_the_functions_the_digests_use_changes_nothing(pg):
+    """An agent may create look-alike functions and point the database's search_path at
+    them: the snapshot calls pg_catalog's own, schema-qualified, under a fixed path."""
+    db = pg.database(BIG)
+    s = sink(pg, db)
+    before = s.snapshot()
+    pg.run(
+        db,
+        f"""
+        CREATE SCHEMA evil;
+        CREATE FUNCTION evil.hash_record_extended(record, bigint) RETURNS bigint
+            LANGUAGE plpgsql AS 'BEGIN RETURN 0; END';
+        CREATE FUNCTION evil.int8send(bigint) RETURNS bytea LANGUAGE sql AS 'SELECT ''''::bytea';
+        ALTER DATABASE "{db}" SET search_path = evil, pg_catalog, public;
+        UPDATE big SET v = 'changed under a shadowed path' WHERE id = 4242;
+        """,
+    )
+    d = s.diff(before, s.snapshot())
+    (c,) = d.changed("big")
+    assert c.key == [4242] and c.fields["v"].new == "changed under a shadowed path"
