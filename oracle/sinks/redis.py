@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from types import MappingProxyType
@@ -395,30 +395,3 @@ class RedisSink:
 
     def diff(self, before: Snapshot, after: Snapshot) -> RedisDiff:
         return diff_redis(self.name, before.state, after.state)
-
-
-def seed_commands(data: Mapping[str, Any], ttl: Mapping[str, float]) -> Iterable[tuple[Any, ...]]:
-    """The Redis commands that write `data` (see `oracle.fixtures.redis`)."""
-    from oracle.fixtures.redis import Sorted
-
-    for key, value in data.items():
-        if isinstance(value, Sorted):
-            args: list[Any] = []
-            for member, score in value.members.items():
-                args += [score, member]
-            yield ("ZADD", key, *args)
-        elif isinstance(value, Mapping):
-            flat: list[Any] = []
-            for f, v in value.items():
-                flat += [f, v]
-            yield ("HSET", key, *flat)
-        elif isinstance(value, set | frozenset):
-            yield ("SADD", key, *sorted(value))
-        elif isinstance(value, list | tuple):
-            yield ("RPUSH", key, *value)
-        elif isinstance(value, str | bytes | int | float):
-            yield ("SET", key, value)
-        else:
-            raise TypeError(f"key {key!r}: cannot seed a value of type {type(value).__name__}")
-        if key in ttl:
-            yield ("PEXPIRE", key, int(ttl[key] * 1000))
