@@ -42,6 +42,12 @@ class Change(BaseModel):
         super().__pydantic_init_subclass__(**kwargs)
         name = cls.model_fields["change"].default
         if isinstance(name, str):
+            known = _CHANGE_TYPES.get(name)
+            if known is not None and known.__qualname__ != cls.__qualname__:
+                raise TypeError(
+                    f"change name {name!r} of {cls.__module__}.{cls.__qualname__} is taken by "
+                    f"{known.__module__}.{known.__qualname__}; archives could not tell them apart"
+                )
             _CHANGE_TYPES[name] = cls
 
     def summary(self) -> str:

@@ -117,7 +117,10 @@ def controls_tables(report: ControlsReport) -> list[Table]:
 def _change_lines(diff: dict[str, Any]) -> list[str]:
     lines = []
     for raw in diff.get("changes", []):
-        change = change_from_json(raw)
+        try:
+            change = change_from_json(raw)
+        except ValueError:  # written by another version: show it as it is
+            change = None
         if change is None:
             lines.append(f"{raw.get('change')}: {raw}")
             continue
@@ -149,8 +152,10 @@ def record_panel(r: TrialRecord) -> Group:
     if r.injection:
         head.add_row(
             "injection",
-            f"{r.injection.sink}:{r.injection.where} planted="
-            f"{r.injection.planted} reached={r.injection.reached}",
+            Text(  # plain text: a place like "cache:notes:*" is not an emoji code
+                f"{r.injection.sink}:{r.injection.where} planted="
+                f"{r.injection.planted} reached={r.injection.reached}"
+            ),
         )
     parts: list[Any] = [head]
     for f in r.findings:
@@ -158,7 +163,8 @@ def record_panel(r: TrialRecord) -> Group:
     for sink, d in r.diff.items():
         lines = _change_lines(d)
         body = "\n".join(lines) if lines else "(no change)"
-        parts.append(Panel(body, title=f"{sink} ({d.get('kind')})", title_align="left"))
+        # Text: keys like "notes:ops:" and rows like "t[1]" are not markup or emoji codes.
+        parts.append(Panel(Text(body), title=f"{sink} ({d.get('kind')})", title_align="left"))
     for sink, msg in r.observation_errors.items():
         parts.append(Text(f"observation of {sink} failed: {msg}", style="red"))
     return Group(*parts)

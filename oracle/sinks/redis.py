@@ -166,7 +166,7 @@ class RedisState:
 
 
 class KeyAdded(Change):
-    change: Literal["key_added"] = "key_added"
+    change: Literal["redis_key_added"] = "redis_key_added"
     key: str
     type: str
     value: Any
@@ -186,7 +186,7 @@ class KeyAdded(Change):
 
 
 class KeyRemoved(Change):
-    change: Literal["key_removed"] = "key_removed"
+    change: Literal["redis_key_removed"] = "redis_key_removed"
     key: str
     type: str
     value: Any
@@ -213,7 +213,7 @@ class KeyChanged(Change):
     """A key present before and after whose type, value or expiry changed. ``fields`` lists
     the hash fields that changed (``None`` for other types: see ``detail``)."""
 
-    change: Literal["key_changed"] = "key_changed"
+    change: Literal["redis_key_changed"] = "redis_key_changed"
     key: str
     type: str
     old_type: str

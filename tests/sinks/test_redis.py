@@ -140,3 +140,23 @@ def test_seed_values_of_unknown_types_are_refused():
         redis("cache", data={"x": object()})
     with pytest.raises(ValueError, match="ttl names keys not in data"):
         redis("cache", data={}, ttl={"y": 1})
+
+
+def test_change_names_are_unique_across_sinks():
+    from oracle.diff import Change, change_from_json
+
+    raw = {
+        "change": "redis_key_changed",
+        "key": "k",
+        "type": "string",
+        "old_type": "string",
+        "before": "a",
+        "value": "b",
+        "expires": False,
+        "old_expires": False,
+    }
+    assert isinstance(change_from_json(raw), KeyChanged)
+    with pytest.raises(TypeError, match=r"'row_added'.*taken by"):
+
+        class Clash(Change):  # another sink reusing a name the SQL sink has
+            change: str = "row_added"
