@@ -15,8 +15,9 @@ Contenders, all against the same two databases:
   ``DeepDiff``;
 - copy_to_stdout (the floor): one ``COPY t TO STDOUT`` of the changed table, every byte read.
 
-Reset: ``PostgresFixture.reset()`` (template clone, with its tamper check) against dropping
-the database and seeding it again (the same ``generate_series`` SQL).
+Reset: ``PostgresFixture.reset()`` (template clone, with its tamper check; the last trial's
+database is renamed aside and dropped in the background) against dropping the database and
+seeding it again (the same ``generate_series`` SQL).
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ import psycopg
 from common import Result, Stopwatch, Timing, measure, measure_call, profile_call, result
 from deepdiff import DeepDiff
 
-from oracle.fixtures.postgres import PostgresFixture, PostgresSeed, Server
+from oracle.fixtures.pg_server import Server
+from oracle.fixtures.postgres import PostgresFixture, PostgresSeed
 from oracle.sinks.sql import SqlDiff, SqlSink
 from oracle.snapshot import Snapshot
 
@@ -310,8 +312,10 @@ def run_reset(profiler: cProfile.Profile | None = None) -> Result:
         checks={"template reset ≤300 ms": ours.median <= 0.3},
         params={"rows": RESET_ROWS, "columns": 7},
         notes=(
-            "ours = PostgresFixture.reset(): check the template's catalog fingerprint, DROP "
-            "DATABASE … WITH (FORCE), CREATE DATABASE … TEMPLATE; drop_and_reseed = DROP, "
-            "CREATE, then the seed SQL (generate_series INSERT, primary key built)."
+            "ours = PostgresFixture.reset(): check the template's catalog fingerprint, rename "
+            "the last trial's database aside (dropped by a background thread), CREATE DATABASE "
+            "… TEMPLATE; 7 resets back to back, so each clone overlaps the previous drop; "
+            "drop_and_reseed = DROP, CREATE, then the seed SQL (generate_series INSERT, primary "
+            "key built)."
         ),
     )
