@@ -16,7 +16,7 @@ FIND_PYTHON := for p in $(PYTHON_CANDIDATES); do \
 SYSTEM_TOOLS := bwrap:bubblewrap nft:nftables ip:iproute2 nsenter:util-linux sqlite3:sqlite3 \
 	curl:curl swaks:swaks
 
-.PHONY: help venv system-deps trial test bench lint schema clean agentdojo-controls
+.PHONY: help venv system-deps trial test bench lint schema clean agentdojo-controls services
 
 help:
 	@echo "make trial   run the demo suite with both demo agents and every control"
@@ -25,6 +25,7 @@ help:
 	@echo "make lint    ruff and mypy"
 	@echo "make schema  re-export the JSON schemas into schemas/"
 	@echo "make agentdojo-controls  run the controls of every AgentDojo pair (about 12 minutes)"
+	@echo "make services start PostgreSQL, MariaDB, Redis, RabbitMQ where installed but down"
 
 $(STAMP): pyproject.toml
 	@py="$$($(FIND_PYTHON))"; \
@@ -77,6 +78,17 @@ agentdojo-controls: $(STAMP)
 
 schema: $(STAMP)
 	$(BIN)/oracle schema --out schemas
+
+# Start the local servers the integration tests use, when installed but not listening.
+# Each is best effort: a test that needs a server still says which one is missing.
+services:
+	@up() { (exec 3<>/dev/tcp/127.0.0.1/$$1) 2>/dev/null; }; \
+	up 5432 || { command -v pg_ctlcluster >/dev/null && pg_ctlcluster --skip-systemctl-redirect $$(ls /etc/postgresql | head -1) main start || true; }; \
+	up 3306 || { command -v mariadbd >/dev/null && start-stop-daemon --start --oknodo --background --exec $$(command -v mariadbd) || true; }; \
+	up 6379 || { command -v redis-server >/dev/null && redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no || true; }; \
+	up 5672 || { command -v rabbitmq-server >/dev/null && rabbitmq-server -detached || true; }; \
+	for i in $$(seq 30); do up 5432 && up 3306 && up 6379 && up 5672 && break; sleep 1; done; \
+	true
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .mypy_cache .ruff_cache

@@ -31,6 +31,8 @@ import bench_agentdojo
 import bench_egress
 import bench_files
 import bench_isolation
+import bench_mariadb
+import bench_postgres
 import bench_smtp
 import bench_sqlite
 from common import HERE, Result
@@ -51,6 +53,10 @@ BENCHMARKS: list[Benchmark] = [
     Benchmark(bench_egress.NAME, bench_egress.run),
     Benchmark(bench_smtp.NAME, bench_smtp.run),
     Benchmark(bench_agentdojo.NAME, bench_agentdojo.run),
+    Benchmark(bench_postgres.NAME_100K, bench_postgres.run_100k),
+    Benchmark(bench_postgres.NAME_1M, bench_postgres.run_1m),
+    Benchmark(bench_postgres.NAME_RESET, bench_postgres.run_reset),
+    Benchmark(bench_mariadb.NAME, bench_mariadb.run),
 ]
 
 

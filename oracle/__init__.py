@@ -4,6 +4,7 @@ The authoring surface, in one import::
 
     from oracle import Task, Injection, Scope, breach, clean, mirror, sqlite, folder, File, Link
     from oracle import egress, Canned, smtp, maildir, mbox, Mail, reply
+    from oracle import postgres, mariadb, redis, rabbitmq        # sinks on real servers
 
 See docs/authoring.md.
 """
@@ -16,10 +17,15 @@ from oracle.fixtures import (
     File,
     Link,
     Mail,
+    Sorted,
     egress,
     folder,
     maildir,
+    mariadb,
     mbox,
+    postgres,
+    rabbitmq,
+    redis,
     reply,
     smtp,
     sqlite,
@@ -46,6 +52,7 @@ __all__ = [
     "Sandbox",
     "SandboxView",
     "Scope",
+    "Sorted",
     "Task",
     "TaskError",
     "TrialRecord",
@@ -55,8 +62,12 @@ __all__ = [
     "folder",
     "load_tasks",
     "maildir",
+    "mariadb",
     "mbox",
     "mirror",
+    "postgres",
+    "rabbitmq",
+    "redis",
     "reply",
     "run_trial",
     "smtp",

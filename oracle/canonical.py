@@ -10,6 +10,11 @@ cannot be confused with a string that happens to look alike:
 {'$float': 'inf'}
 >>> dumps({"b": 1, "a": [1.5, None]})
 b'{"a":[1.5,null],"b":1}'
+
+Across database backends a value has one form whatever driver read it: a timestamp with a zone
+is written in UTC (``2024-01-01T09:00:00+00:00``), a decimal keeps its scale, a JSON column holds
+its parsed structure, and a JSON ``null`` stored in a column is `JSON_NULL` (``{"$json": null}``),
+so that it stays apart from SQL ``NULL`` (``None``).
 """
 
 from __future__ import annotations
@@ -28,6 +33,30 @@ import orjson
 type Json = bool | int | float | str | list["Json"] | dict[str, "Json"] | None
 
 
+class JsonNull:
+    """A JSON ``null`` held in a column: not the same as SQL ``NULL`` (``None``)."""
+
+    _instance: JsonNull | None = None
+
+    def __new__(cls) -> JsonNull:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "JSON_NULL"
+
+    def __eq__(self, other: object) -> bool:
+        return other is self or other == {"$json": None}
+
+    def __hash__(self) -> int:
+        return hash("JSON_NULL")
+
+
+#: The one `JsonNull`.
+JSON_NULL = JsonNull()
+
+
 def _default(value: Any) -> Any:
     """Tagged forms for the types that JSON has no word for."""
     if isinstance(value, bytes | bytearray | memoryview):
@@ -36,6 +65,11 @@ def _default(value: Any) -> Any:
         return {"$decimal": str(value)}
     if isinstance(value, _dt.timedelta):
         return {"$timedelta": value.total_seconds()}
+    if isinstance(value, JsonNull):
+        return {"$json": None}
+    if isinstance(value, _dt.datetime):
+        # orjson writes aware datetimes with their own offset; one instant gets one form.
+        return _datetime(value)
     raise TypeError(f"cannot put a value of type {type(value).__name__} into evidence: {value!r}")
 
 
@@ -43,6 +77,12 @@ def _float(value: float) -> Json:
     if math.isfinite(value):
         return value
     return {"$float": "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")}
+
+
+def _datetime(value: _dt.datetime) -> str:
+    if value.tzinfo is not None and value.utcoffset() is not None:
+        value = value.astimezone(_dt.UTC)
+    return value.isoformat()
 
 
 def to_jsonable(value: Any) -> Json:
@@ -59,7 +99,9 @@ def to_jsonable(value: Any) -> Json:
         return [to_jsonable(v) for v in value]
     if isinstance(value, Mapping):
         return {str(k): to_jsonable(v) for k, v in value.items()}
-    if isinstance(value, _dt.datetime | _dt.date | _dt.time):
+    if isinstance(value, _dt.datetime):
+        return _datetime(value)
+    if isinstance(value, _dt.date | _dt.time):
         return value.isoformat()
     if isinstance(value, uuid.UUID):
         return str(value)
@@ -105,3 +147,34 @@ def digest(data: bytes) -> str:
 def digest_json(value: Any) -> str:
     """sha256 of the canonical JSON of `value`."""
     return digest(dumps(value))
+
+
+def native(value: Any) -> Any:
+    """The Python value of a canonical one: tagged forms back to `Decimal`, bytes, floats…
+
+    Predicates read canonical values; use this to compute with them:
+
+    >>> native({"$decimal": "49.90"}) + 1
+    Decimal('50.90')
+    >>> native([{"$bytes": "AAE="}, 3])
+    [b'\\x00\\x01', 3]
+    """
+    if isinstance(value, list):
+        return [native(v) for v in value]
+    if isinstance(value, dict):
+        if len(value) == 1:
+            (tag, raw), *_ = value.items()
+            if tag == "$decimal":
+                return decimal.Decimal(raw)
+            if tag == "$bytes":
+                return base64.b64decode(raw)
+            if tag == "$float":
+                return float(raw)
+            if tag == "$int":
+                return int(raw)
+            if tag == "$timedelta":
+                return _dt.timedelta(seconds=raw)
+            if tag == "$json" and raw is None:
+                return JSON_NULL
+        return {k: native(v) for k, v in value.items()}
+    return value

@@ -36,6 +36,7 @@ from oracle.render import (
     summary_table,
     verdict_table,
 )
+from oracle.services import REQUIRE_ENV, required, unreachable
 from oracle.task import Task
 from oracle.trial import run_trial
 
@@ -120,6 +121,25 @@ def _report_load_errors(loaded: Loaded) -> None:
     out = console()
     for e in loaded.errors:
         out.print(f"[red]could not load[/red] {e}")
+
+
+def _available(tasks: list[Task]) -> tuple[list[Task], list[str]]:
+    """The tasks whose servers are reachable, and a problem per skipped task when
+    ORACLE_REQUIRE_SERVICES=1 (else skipping is not a failure). Prints each skip."""
+    kept: list[Task] = []
+    problems: list[str] = []
+    for t in tasks:
+        missing = unreachable(t)
+        if not missing:
+            kept.append(t)
+            continue
+        why = "; ".join(missing)
+        if required():
+            console().print(f"[red]cannot run[/red] {t.name}: {why} ({REQUIRE_ENV}=1)")
+            problems.append(f"{t.name}: {why}")
+        else:
+            console().print(f"[yellow]skipped[/yellow] {t.name}: {why}")
+    return kept, problems
 
 
 def _default_out() -> Path:
@@ -271,6 +291,8 @@ def trial(
     tasks, refused = (loaded.tasks, []) if no_check else _checked(loaded.tasks)
     for msg in refused:
         console().print(f"[red]refused by check:[/red] {msg}")
+    tasks, down = _available(tasks)
+    refused += down
     out = out or _default_out()
     records = run_trials(tasks, agents, out, repetitions, model, profile, options)
     c = console()
@@ -311,7 +333,9 @@ def controls(
         console().print(f"[red]error:[/red] {exc.args[0] if isinstance(exc, KeyError) else exc}")
         raise typer.Exit(2) from None
     _report_load_errors(loaded)
-    report = run_all_controls(loaded.tasks, out, timeout)
+    tasks, down = _available(loaded.tasks)
+    report = run_all_controls(tasks, out, timeout)
+    report.errors.extend(down)
     c = console()
     for name in explain or ():
         for r in report.runs:
@@ -402,6 +426,8 @@ def demo_command(
     tasks, refused = _checked(loaded.tasks)
     for msg in refused:
         console().print(f"[red]refused by check:[/red] {msg}")
+    tasks, down = _available(tasks)
+    refused += down
     out = out or _default_out()
     agents = [resolve_agent("careful"), resolve_agent("obedient")]
     report = run_all_controls(tasks, out / "controls")

@@ -93,7 +93,9 @@ def exposed_endpoints(env: Mapping[str, str]) -> list[tuple[str, int]]:
         "nats": 4222,
     }
     for key, value in env.items():
-        if not key.startswith(("ORACLE_DB_URL", "ORACLE_URL_")):
+        # Every service URL a sink hands out: ORACLE_DB_URL_*, ORACLE_REDIS_URL_*,
+        # ORACLE_AMQP_URL_*, ORACLE_PROXY_URL_* …
+        if not (key.startswith("ORACLE_") and ("_URL" in key or key.startswith("ORACLE_DSN"))):
             continue
         with contextlib.suppress(ValueError, sa.exc.ArgumentError):
             url = sa.make_url(value)

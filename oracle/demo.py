@@ -3,6 +3,7 @@
 Both follow *runbook lines*, one action per line, written in plain text wherever they appear::
 
     RUN sql <sink>: <statement>
+    RUN redis <sink>: <command>          (``HSET flags dark_mode on``, split like a shell)
     RUN write <path>: <text>            (``\\n`` in text is a newline)
     RUN append <path>: <text>
     RUN replace <path>: <old> => <new>
@@ -17,8 +18,8 @@ Both follow *runbook lines*, one action per line, written in plain text wherever
     RUN reply: <text>                   (appended to what the agent replies)
 
 Both read the prompt, every text file under the task root, every text value in every
-database, every message in the sandbox's inboxes and every page they fetch, as an agent
-reading its tool results would. The difference is whom they obey:
+database (SQL or Redis), every message in the sandbox's inboxes and every page they
+fetch, as an agent reading its tool results would. The difference is whom they obey:
 
 - ``careful`` runs the lines of the user's prompt only; what it reads is data.
 - ``obedient`` also runs every line it finds in what it reads: the injection works on it.
@@ -33,11 +34,13 @@ import email
 import email.policy
 import os
 import re
+import shlex
 import shutil
 import sys
 from collections.abc import Iterator, Mapping
 from email.message import EmailMessage
 from pathlib import Path
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -144,6 +147,10 @@ def forward(env: Mapping[str, str], selector: str, to: str) -> int:
     return len(chosen)
 
 
+def _redis_url(env: Mapping[str, str], sink: str) -> str:
+    return env.get(f"ORACLE_REDIS_URL_{env_suffix(sink)}") or env["ORACLE_REDIS_URL"]
+
+
 def act(
     env: Mapping[str, str], verb: str, rest: str, replies: list[str] | None = None
 ) -> str | None:
@@ -165,6 +172,15 @@ def act(
     elif verb == "reply":
         if replies is not None:
             replies.append(rest.strip())
+    elif verb == "redis":
+        import redis
+
+        sink, _, command = rest.partition(":")
+        client: Any = redis.Redis.from_url(_redis_url(env, sink.strip()))
+        try:
+            client.execute_command(*shlex.split(command.strip()))
+        finally:
+            client.close()
     elif verb == "sql":
         sink, _, statement = rest.partition(":")
         engine = sa.create_engine(_db_url(env, sink.strip()), poolclass=sa.pool.NullPool)
@@ -229,6 +245,33 @@ def _read_inputs(env: Mapping[str, str]) -> Iterator[str]:
             engine.dispose()
     for _, msg in _inbox(env):
         yield f"{msg.get('subject', '')}\n{_text_of(msg)}"
+    for url in sorted({v for k, v in env.items() if k.startswith("ORACLE_REDIS_URL")}):
+        yield from _redis_texts(url)
+
+
+def _redis_texts(url: str) -> Iterator[str]:
+    import redis
+
+    client: Any = redis.Redis.from_url(url)
+    try:
+        for key in sorted(client.scan_iter()):
+            kind = client.type(key).decode()
+            values: list[Any]
+            if kind == "string":
+                values = [client.get(key)]
+            elif kind == "hash":
+                values = list(client.hgetall(key).values())
+            elif kind == "list":
+                values = client.lrange(key, 0, -1)
+            else:
+                continue
+            for v in values:
+                try:
+                    yield v.decode("utf-8")
+                except (UnicodeDecodeError, AttributeError):
+                    continue
+    finally:
+        client.close()
 
 
 def follow(env: Mapping[str, str], *, obey_data: bool) -> tuple[list[str], list[str]]:

@@ -22,10 +22,12 @@ from oracle.frozen import freeze
 
 if TYPE_CHECKING:
     from oracle.canary import CanaryHit
+    from oracle.sinks.amqp import AmqpDiff
     from oracle.sinks.egress import EgressDiff
     from oracle.sinks.files import FileDiff
     from oracle.sinks.inbox import InboxDiff
     from oracle.sinks.mail import MailDiff
+    from oracle.sinks.redis import RedisDiff
     from oracle.sinks.reply import ReplyDiff
     from oracle.sinks.sql import SqlDiff
 
@@ -64,6 +66,12 @@ class Change(BaseModel):
         super().__pydantic_init_subclass__(**kwargs)
         name = cls.model_fields["change"].default
         if isinstance(name, str):
+            known = _CHANGE_TYPES.get(name)
+            if known is not None and known.__qualname__ != cls.__qualname__:
+                raise TypeError(
+                    f"change name {name!r} of {cls.__module__}.{cls.__qualname__} is taken by "
+                    f"{known.__module__}.{known.__qualname__}; archives could not tell them apart"
+                )
             _CHANGE_TYPES[name] = cls
 
     def summary(self) -> str:
@@ -236,6 +244,16 @@ class Diff(Mapping[str, SinkDiff]):
     def reply(self, sink: str = "reply") -> ReplyDiff:
         """The diff of the reply sink: what the agent published as its reply."""
         result: ReplyDiff = self._typed(sink, "reply")
+        return result
+
+    def redis(self, sink: str) -> RedisDiff:
+        """The diff of the Redis sink `sink`."""
+        result: RedisDiff = self._typed(sink, "redis")
+        return result
+
+    def amqp(self, sink: str) -> AmqpDiff:
+        """The diff of the message-queue sink `sink` (RabbitMQ)."""
+        result: AmqpDiff = self._typed(sink, "amqp")
         return result
 
     def find_secret(self, secret: str | bytes) -> list[CanaryHit]:

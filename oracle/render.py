@@ -172,7 +172,10 @@ def explain_panel(run: ControlRun) -> Panel:
 def _change_lines(diff: dict[str, Any]) -> list[str]:
     lines = []
     for raw in diff.get("changes", []):
-        change = change_from_json(raw)
+        try:
+            change = change_from_json(raw)
+        except ValueError:  # written by another version: show it as it is
+            change = None
         if change is None:
             lines.append(f"{raw.get('change')}: {raw}")
             continue
@@ -208,7 +211,9 @@ def record_panel(r: TrialRecord) -> Group:
         how = "; ".join(inj.reached_via) or inj.reach_note
         head.add_row(
             "injection",
-            f"{inj.sink}:{inj.where} planted={inj.planted} reached={inj.reached} ({how})",
+            Text(  # plain text: a place like "cache:notes:*" is not an emoji code
+                f"{inj.sink}:{inj.where} planted={inj.planted} reached={inj.reached} ({how})"
+            ),
         )
     if r.final_message:
         head.add_row("agent said", Text(r.final_message[:300], style="dim italic"))
@@ -227,7 +232,8 @@ def record_panel(r: TrialRecord) -> Group:
     for sink, d in r.diff.items():
         lines = _change_lines(d)
         body = "\n".join(lines) if lines else "(no change)"
-        parts.append(Panel(body, title=f"{sink} ({d.get('kind')})", title_align="left"))
+        # Text: keys like "notes:ops:" and rows like "t[1]" are not markup or emoji codes.
+        parts.append(Panel(Text(body), title=f"{sink} ({d.get('kind')})", title_align="left"))
     for sink, msg in r.observation_errors.items():
         parts.append(Text(f"observation of {sink} failed: {msg}", style="red"))
     return Group(*parts)

@@ -132,6 +132,21 @@ class SandboxView:
         finally:
             engine.dispose()
 
+    def redis(self, sink: str | None, *command: str | bytes | int | float) -> Any:
+        """Run one Redis command on sink `sink` (the first Redis sink if None); its reply."""
+        import redis
+
+        key = f"ORACLE_REDIS_URL_{env_suffix(sink)}" if sink else "ORACLE_REDIS_URL"
+        try:
+            url = self.env[key]
+        except KeyError:
+            raise KeyError(f"task {self.task!r} has no Redis sink {sink or '(default)'}") from None
+        client: Any = redis.Redis.from_url(url)
+        try:
+            return client.execute_command(*command)
+        finally:
+            client.close()
+
 
 class Sandbox:
     """A task's sinks and fixtures in a private folder. See the module docstring.

@@ -14,10 +14,12 @@ from oracle.canonical import Json
 from oracle.diff import UnknownSinkError
 
 if TYPE_CHECKING:
+    from oracle.sinks.amqp import AmqpState
     from oracle.sinks.egress import EgressState
     from oracle.sinks.files import FolderState
     from oracle.sinks.inbox import InboxState
     from oracle.sinks.mail import MailState
+    from oracle.sinks.redis import RedisState
     from oracle.sinks.reply import ReplyState
     from oracle.sinks.sql import SqlState
 
@@ -124,4 +126,14 @@ class States(Mapping[str, Snapshot]):
     def reply(self, sink: str = "reply") -> ReplyState:
         """The state of the reply sink: the reply, once the agent has run."""
         state: ReplyState = self._state(sink, "reply")
+        return state
+
+    def redis(self, sink: str) -> RedisState:
+        """The state of the Redis sink `sink`: ``value(key)``, ``keys(pattern)``…"""
+        state: RedisState = self._state(sink, "redis")
+        return state
+
+    def amqp(self, sink: str) -> AmqpState:
+        """The state of the message-queue sink `sink`: ``published(...)``, ``queued(...)``."""
+        state: AmqpState = self._state(sink, "amqp")
         return state

@@ -72,3 +72,171 @@ def make_db(path: Path, sql: str) -> Path:
     conn.commit()
     conn.close()
     return path
+
+
+# -- real servers ----------------------------------------------------------------------------
+# Each fixture skips (or fails under ORACLE_REQUIRE_SERVICES=1) when its server is down, and
+# names what it creates uniquely, so that tests of other engineers on the same servers and
+# tests run side by side never collide.
+
+PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
+
+
+def unique(prefix: str) -> str:
+    import secrets
+
+    return f"{prefix}_{os.getpid()}_{secrets.token_hex(4)}"
+
+
+class PgServer:
+    """Admin access to the local PostgreSQL server, and scratch databases dropped after."""
+
+    def __init__(self) -> None:
+        import psycopg
+
+        self.admin = psycopg.connect(
+            "host=127.0.0.1 port=5432 user=postgres dbname=postgres", autocommit=True
+        )
+        self.created: list[str] = []
+        self.roles: list[str] = []
+
+    def database(self, sql: str = "", *, encoding: str | None = None) -> str:
+        """A fresh database holding `sql`; its name."""
+        import psycopg
+
+        name = unique("oracle_test")
+        enc = f" ENCODING '{encoding}' LC_COLLATE 'C' LC_CTYPE 'C'" if encoding else ""
+        self.admin.execute(f'CREATE DATABASE "{name}" TEMPLATE template0{enc}')
+        self.created.append(name)
+        if sql:
+            with psycopg.connect(self.dsn(name), autocommit=True) as c:
+                c.execute(sql)
+        return name
+
+    def dsn(self, name: str) -> str:
+        return f"host=127.0.0.1 port=5432 user=postgres dbname={name}"
+
+    def url(self, name: str, user: str = "postgres") -> str:
+        return f"postgresql+psycopg://{user}@127.0.0.1:5432/{name}"
+
+    def connect(self, name: str, **kw: object):  # type: ignore[no-untyped-def]
+        import psycopg
+
+        return psycopg.connect(self.dsn(name), autocommit=True, **kw)
+
+    def run(self, name: str, sql: str) -> None:
+        with self.connect(name) as c:
+            c.execute(sql)
+
+    def role(self) -> str:
+        name = unique("oracle_role")
+        self.admin.execute(f'CREATE ROLE "{name}" LOGIN')
+        self.roles.append(name)
+        return name
+
+    def close(self) -> None:
+        for name in self.created:
+            self.admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        for role in self.roles:
+            self.admin.execute(f'DROP ROLE IF EXISTS "{role}"')
+        self.admin.close()
+
+
+@pytest.fixture
+def pg():  # type: ignore[no-untyped-def]
+    require_service("PostgreSQL", 5432)
+    server = PgServer()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+class MariaServer:
+    """Admin access to the local MariaDB server, and scratch databases dropped after."""
+
+    def __init__(self) -> None:
+        import pymysql
+        from pymysql.constants import CLIENT
+
+        self._pymysql = pymysql
+        self.admin = pymysql.connect(
+            host="127.0.0.1",
+            user="root",
+            password="",
+            autocommit=True,
+            client_flag=CLIENT.MULTI_STATEMENTS,
+        )
+        self.created: list[str] = []
+        self.users: list[str] = []
+
+    def database(self, sql: str = "") -> str:
+        name = unique("oracle_test")
+        with self.admin.cursor() as cur:
+            cur.execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4")
+        self.created.append(name)
+        if sql:
+            self.run(name, sql)
+        return name
+
+    def connect(self, name: str):  # type: ignore[no-untyped-def]
+        from pymysql.constants import CLIENT
+
+        return self._pymysql.connect(
+            host="127.0.0.1",
+            user="root",
+            password="",
+            database=name,
+            autocommit=True,
+            client_flag=CLIENT.MULTI_STATEMENTS,
+        )
+
+    def run(self, name: str, sql: str) -> None:
+        c = self.connect(name)
+        try:
+            with c.cursor() as cur:
+                cur.execute(sql)
+                while cur.nextset():
+                    pass
+        finally:
+            c.close()
+
+    def url(self, name: str, user: str = "root") -> str:
+        return f"mariadb+pymysql://{user}@127.0.0.1:3306/{name}"
+
+    def user(self) -> str:
+        name = unique("oracle_u")[:30]
+        with self.admin.cursor() as cur:
+            cur.execute(f"CREATE USER '{name}'@'%' IDENTIFIED BY ''")
+            cur.execute(f"CREATE USER '{name}'@'localhost' IDENTIFIED BY ''")
+        self.users.append(name)
+        return name
+
+    def close(self) -> None:
+        with self.admin.cursor() as cur:
+            for name in self.created:
+                cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
+            for u in self.users:
+                cur.execute(f"DROP USER IF EXISTS '{u}'@'%'")
+                cur.execute(f"DROP USER IF EXISTS '{u}'@'localhost'")
+        self.admin.close()
+
+
+@pytest.fixture
+def maria():  # type: ignore[no-untyped-def]
+    require_service("MariaDB", 3306)
+    server = MariaServer()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def redis_up() -> None:
+    require_service("Redis", 6379)
+
+
+@pytest.fixture
+def rabbit_up() -> None:
+    require_service("RabbitMQ", 5672)

@@ -53,3 +53,22 @@ def test_row_digest_is_stable():
 def test_unknown_types_are_refused_with_their_name():
     with pytest.raises(TypeError, match="object"):
         to_jsonable(object())
+
+
+def test_instants_have_one_form_and_json_null_is_not_sql_null():
+    from oracle.canonical import JSON_NULL
+
+    cet = dt.timezone(dt.timedelta(hours=1))
+    assert to_jsonable(dt.datetime(2024, 1, 1, 10, tzinfo=cet)) == "2024-01-01T09:00:00+00:00"
+    assert to_jsonable(dt.datetime(2024, 1, 1, 10)) == "2024-01-01T10:00:00"
+    assert to_jsonable(JSON_NULL) == {"$json": None}
+    assert row_digest((1, JSON_NULL)) != row_digest((1, None))
+
+
+def test_native_reverses_the_tagged_forms():
+    from oracle.canonical import JSON_NULL, native
+
+    values = [decimal.Decimal("1.50"), b"\x00", float("inf"), 2**70, dt.timedelta(seconds=3)]
+    assert native(to_jsonable(values)) == values
+    assert native({"$json": None}) is JSON_NULL
+    assert native({"a": [{"$decimal": "2"}]}) == {"a": [decimal.Decimal("2")]}

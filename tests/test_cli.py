@@ -32,9 +32,14 @@ def test_demo_prints_the_verdict_table_and_passes(tmp_path):
     tasks = ("orders-cleanup", "log-level", "release-notes", "user-rename")
     for task in (*tasks, "key-exfil", "mail-forward", "reply-phishing"):
         assert task in text
-    assert "1.00 (7/7)" in text and "0.00 (0/7)" in text
+    # The PostgreSQL and Redis tasks run when their servers are up, and are skipped (with a
+    # message naming the server) when they are not.
+    served = [t for t in ("pg-refund", "redis-flags") if f"skipped {t}:" not in text]
+    n = 7 + len(served)
+    assert f"1.00 ({n}/{n})" in text and f"0.00 (0/{n})" in text
     records = list((tmp_path / "runs").rglob("record.json"))
-    assert len(records) == 14 + 24 + 7  # two agents × seven tasks, every control, 7 no-ops
+    # two agents × tasks, every control, and one no-op per task
+    assert len(records) == 2 * n + 24 + 3 * len(served) + n
 
 
 def test_trial_archives_and_show_reads_them(tmp_path):
@@ -202,7 +207,9 @@ def test_the_demo_suite_runs_its_agents_as_isolated_commands(tmp_path):
     )
     assert out.returncode == 0, out.stdout + out.stderr
     records = [json.loads(p.read_text()) for p in tmp_path.rglob("record.json")]
-    assert len(records) == 14
+    # seven tasks, and the PostgreSQL and Redis ones where those servers are up (reached from
+    # inside the sandbox through its relays)
+    assert len(records) in (14, 16, 18)
     for r in records:
         assert r["invocation"]["adapter"] == "command" and r["autonomy_achieved"] is True
         assert r["network_attempts"] == []

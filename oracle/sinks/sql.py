@@ -6,6 +6,10 @@ keys included); a table without one is kept as a multiset of rows. Every row get
 digest and every table a digest over its schema and its rows, so that `diff` skips unchanged
 tables at once and looks field by field only at rows whose digests differ.
 
+On PostgreSQL and MariaDB the database computes the digests (`oracle.sinks.sql_server`): each
+snapshot asks for per-chunk digests and fetches rows only for chunks that differ from the
+sink's previous snapshot, so its cost grows with the changes rather than with the tables.
+
 Example::
 
     sink = SqlSink("shop", "sqlite:///shop.sqlite")
@@ -17,8 +21,10 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from types import MappingProxyType
 from typing import Any
 
@@ -27,10 +33,12 @@ from sqlalchemy.engine import Engine
 
 from oracle.canonical import digest_json
 from oracle.sinks.sql_diff import SqlDiff, diff_states
+from oracle.sinks.sql_server import Dialect, ServerReader
 from oracle.sinks.sql_state import ColumnInfo, SchemaObject, SqlState, TableState, build_table
 from oracle.snapshot import Snapshot, SnapshotError
 
 KIND = "sql"
+SERVER_BACKENDS = ("postgresql", "mysql", "mariadb")
 
 __all__ = ["ColumnInfo", "SchemaObject", "SqlDiff", "SqlSink", "SqlState", "TableState"]
 
@@ -60,6 +68,7 @@ class SqlSink:
         exclude: Iterable[str] = (),
         timeout: float = 5.0,
         display_url: str | None = None,
+        schema: str = "public",
     ) -> None:
         self.name = name
         self.url = sa.make_url(url)
@@ -67,23 +76,85 @@ class SqlSink:
         self.exclude = frozenset(exclude)
         self.timeout = timeout
         self.display_url = display_url or self.url.render_as_string(hide_password=True)
+        self.schema = schema
         self._engine: Engine | None = None
+        #: The state of the last snapshot, whose unchanged chunks the next one reuses (server
+        #: digests only). A fixture may set it to the seed's state after a reset.
+        self.base: SqlState | None = None
+        #: Called after every read, inside the snapshot: each raises `SnapshotError` when
+        #: something the snapshot relies on was tampered with (a fixture's template, say).
+        self.guards: list[Callable[[], None]] = []
+        #: Called with the state of every snapshot taken (fixtures keep the seed's).
+        self.on_snapshot: Callable[[SqlState], None] | None = None
+        self._expected: tuple[str, str, Callable[[Snapshot], None] | None] | None = None
+        self._reader: ServerReader | None = None
+        # psycopg's fast (C) date loaders fail on 'infinity'; the tolerant ones are slower,
+        # so they are used only once a database showed it holds such values.
+        self._tolerant_dates = False
 
     def __repr__(self) -> str:
         return f"SqlSink({self.name!r}, {self.display_url!r})"
 
     @property
+    def backend(self) -> str:
+        """``sqlite``, ``postgresql``, ``mysql`` or ``mariadb``."""
+        return self.url.get_backend_name()
+
+    @property
+    def server_digests(self) -> bool:
+        """Whether the database computes the digests (PostgreSQL, MariaDB/MySQL)."""
+        return self.backend in SERVER_BACKENDS
+
+    @property
+    def last_read(self) -> dict[str, int]:
+        """Rows fetched and chunks reused by the last snapshot (server digests only)."""
+        return dict(self._reader.stats) if self._reader is not None else {}
+
+    @property
     def engine(self) -> Engine:
         if self._engine is None:
             connect_args: dict[str, Any] = {}
-            if self.url.get_backend_name() == "sqlite":
+            backend = self.backend
+            if backend == "sqlite":
                 connect_args["timeout"] = self.timeout
+            elif backend == "postgresql":
+                connect_args["application_name"] = f"oracle-sink-{os.getpid()}"
+                connect_args["client_encoding"] = "UTF8"
+                connect_args["connect_timeout"] = max(1, round(self.timeout))
+            elif backend in ("mysql", "mariadb"):
+                connect_args["connect_timeout"] = max(1, round(self.timeout))
             # NullPool: hold no connection between snapshots (a reset replaces the file, and a
             # held connection would keep a PostgreSQL template busy).
             self._engine = sa.create_engine(
                 self.url, poolclass=sa.pool.NullPool, connect_args=connect_args
             )
+            if backend == "postgresql":
+                from oracle.sinks.sql_postgres import install_loaders
+
+                def on_connect(dbapi: Any, _record: Any) -> None:
+                    if self._tolerant_dates:
+                        install_loaders(dbapi)
+
+                sa.event.listen(self._engine, "connect", on_connect)
         return self._engine
+
+    def expect_seed(
+        self, digest: str, label: str, on_match: Callable[[Snapshot], None] | None = None
+    ) -> None:
+        """Make the next snapshot check that the database holds the seed (`digest`): a fixture
+        calls this after a reset, so that a seed someone altered (a tampered template) makes
+        the snapshot fail instead of passing for the seed. `on_match` gets the snapshot when
+        it holds the seed."""
+        self._expected = (digest, label, on_match)
+
+    def _dialect(self) -> Dialect:
+        if self.backend == "postgresql":
+            from oracle.sinks.sql_postgres import PostgresDialect
+
+            return PostgresDialect(self.schema)
+        from oracle.sinks.sql_mariadb import MariaDialect
+
+        return MariaDialect()
 
     def close(self) -> None:
         if self._engine is not None:
@@ -95,19 +166,72 @@ class SqlSink:
     def snapshot(self) -> Snapshot:
         """Every selected table, read in one read transaction."""
         started = time.time()
+        expected, self._expected = self._expected, None
         try:
-            state = self._read()
+            state = self._read_server() if self.server_digests else self._read()
+            for guard in self.guards:
+                guard()
         except SnapshotError:
             raise
         except Exception as exc:  # any driver error means the state was not read completely
-            raise SnapshotError(self.name, f"cannot read {self.display_url}: {exc}") from exc
+            text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            raise SnapshotError(
+                self.name, f"cannot read {self.display_url}: {type(exc).__name__}: {text}"
+            ) from exc
         digest = digest_json(
             {
                 "tables": {n: t.digest for n, t in state.tables.items()},
                 "objects": {n: o.model_dump() for n, o in state.objects.items()},
             }
         )
-        return Snapshot(self.name, KIND, digest, state, started)
+        snap = Snapshot(self.name, KIND, digest, state, started)
+        if self.server_digests:
+            self.base = state
+        if self.on_snapshot is not None:
+            self.on_snapshot(state)
+        if expected is not None:
+            want, label, on_match = expected
+            if digest != want:
+                raise SnapshotError(
+                    self.name,
+                    f"{self.display_url} does not hold the seed after the reset: {label} "
+                    "changed since it was built (tampering?); this trial's observations "
+                    "cannot be trusted",
+                )
+            if on_match is not None:
+                on_match(snap)
+        return snap
+
+    def _read_server(self) -> SqlState:
+        try:
+            return self._read_server_once()
+        except SnapshotError as exc:
+            if self._tolerant_dates or "infinity" not in str(exc.__cause__ or ""):
+                raise
+        self._tolerant_dates = True
+        return self._read_server_once()
+
+    def _read_server_once(self) -> SqlState:
+        reader = self._reader
+        if reader is None:
+            reader = self._reader = ServerReader(
+                self.name,
+                self._dialect(),
+                tables=self.tables,
+                exclude=self.exclude,
+                timeout=self.timeout,
+                where=self.display_url,
+            )
+        with self.engine.connect() as conn:
+            dbapi = conn.connection.dbapi_connection
+            assert dbapi is not None
+            cur = dbapi.cursor()
+            try:
+                return reader.read(cur, self.base)
+            finally:
+                with contextlib.suppress(Exception):
+                    cur.close()
+                    dbapi.rollback()
 
     def _read(self) -> SqlState:
         with self.engine.connect() as conn:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, ClassVar, Literal
 
 from deepdiff import DeepDiff
@@ -314,7 +315,43 @@ def _json_detail(old: Any, new: Any) -> dict[str, Any] | None:
     return detail
 
 
+def _differing_chunks(b: TableState, a: TableState) -> tuple[TableState, TableState] | None:
+    """The parts of two chunked tables that can differ: only chunks whose database digests
+    differ. None when the two were not chunked alike (then every row is compared)."""
+    if (
+        b.chunks is None
+        or a.chunks is None
+        or b.chunking != a.chunking
+        or b.columns != a.columns
+        or b.primary_key != a.primary_key
+        or b.keyed != a.keyed
+    ):
+        return None
+    buckets = [
+        k
+        for k in sorted(b.chunks.keys() | a.chunks.keys())
+        if (b.chunks.get(k) is None)
+        or (a.chunks.get(k) is None)
+        or b.chunks[k].digest != a.chunks[k].digest
+    ]
+
+    def part(t: TableState) -> TableState:
+        rows: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+        digests: dict[tuple[Any, ...], bytes] = {}
+        for k in buckets:
+            chunk = t.chunks.get(k) if t.chunks is not None else None
+            if chunk is not None:
+                rows.update(chunk.rows)
+                digests.update(chunk.digests)
+        return replace(t, rows=rows, digests=digests, chunks=None)
+
+    return part(b), part(a)
+
+
 def _row_changes(b: TableState, a: TableState) -> list[Change]:
+    parts = _differing_chunks(b, a)
+    if parts is not None:
+        b, a = parts
     out: list[Change] = []
     same_columns = b.column_names == a.column_names
     if b.keyed and a.keyed and b.primary_key == a.primary_key:

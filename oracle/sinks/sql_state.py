@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from operator import itemgetter
@@ -41,6 +41,93 @@ class SchemaObject(BaseModel):
 
 
 @dataclass(frozen=True)
+class Chunking:
+    """How a table's rows fall into chunks whose digests the database computes.
+
+    - ``range``: a single integer key; chunk = ``key >> shift`` (consecutive key ranges);
+    - ``hash``: any other key; chunk = a keyed hash of the key, modulo ``buckets``;
+    - ``whole``: no usable key; the whole table is one chunk (an order-free multiset digest).
+
+    ``seed`` keys the database's row hashes; it stays in the process and is never archived.
+    """
+
+    mode: str
+    shift: int = 0
+    buckets: int = 1
+    seed: int = field(default=0, repr=False)
+
+    def describe(self) -> dict[str, Json]:
+        return {"mode": self.mode, "shift": self.shift, "buckets": self.buckets}
+
+    def bucket_of(self, key: tuple[Any, ...]) -> int | None:
+        """The chunk of `key` when it can be computed here (``range``), else None."""
+        if self.mode == "range" and isinstance(key[0], int):
+            return int(key[0]) >> self.shift
+        if self.mode == "whole":
+            return 0
+        return None
+
+
+class Chunk:
+    """One chunk: the database's digest of it, and its rows (keyed, in key order).
+
+    Row digests are computed the first time a diff needs them: most chunks never differ."""
+
+    __slots__ = ("_digests", "digest", "rows")
+
+    def __init__(
+        self,
+        digest: tuple[int, int],
+        rows: Mapping[tuple[Any, ...], tuple[Any, ...]],
+        digests: Mapping[tuple[Any, ...], bytes] | None = None,
+    ) -> None:
+        self.digest = digest
+        self.rows = rows
+        self._digests = digests
+
+    @property
+    def digests(self) -> Mapping[tuple[Any, ...], bytes]:
+        if self._digests is None:
+            self._digests = {k: row_digest(r) for k, r in self.rows.items()}
+        return self._digests
+
+
+class ChunkedView(Mapping[tuple[Any, ...], Any]):
+    """A table's rows (or row digests) seen through its chunks, in chunk then key order.
+
+    Snapshots after the first reuse unchanged chunks from the one before, so a snapshot costs
+    the chunks that changed, not the table."""
+
+    def __init__(self, chunks: Mapping[int, Chunk], chunking: Chunking, attr: str) -> None:
+        self._chunks = chunks
+        self._chunking = chunking
+        self._attr = attr
+        self._len = sum(len(c.rows) for c in chunks.values())
+        self._index: dict[tuple[Any, ...], int] | None = None
+
+    def _part(self, bucket: int) -> Mapping[tuple[Any, ...], Any]:
+        chunk = self._chunks.get(bucket)
+        return getattr(chunk, self._attr) if chunk is not None else {}
+
+    def __getitem__(self, key: tuple[Any, ...]) -> Any:
+        bucket = self._chunking.bucket_of(key)
+        if bucket is None:
+            if self._index is None:
+                self._index = {k: b for b, c in self._chunks.items() for k in c.rows}
+            bucket = self._index.get(key)
+            if bucket is None:
+                raise KeyError(key)
+        return self._part(bucket)[key]
+
+    def __iter__(self) -> Iterator[tuple[Any, ...]]:
+        for bucket in sorted(self._chunks):
+            yield from getattr(self._chunks[bucket], self._attr)
+
+    def __len__(self) -> int:
+        return self._len
+
+
+@dataclass(frozen=True)
 class TableState:
     """One table's rows at one instant.
 
@@ -57,6 +144,9 @@ class TableState:
     digests: Mapping[tuple[Any, ...], bytes]
     digest: str
     note: str | None = None
+    #: Set when the database computed the digests: how rows fall into chunks, and the chunks.
+    chunking: Chunking | None = None
+    chunks: Mapping[int, Chunk] | None = None
 
     @cached_property
     def column_names(self) -> tuple[str, ...]:
@@ -79,6 +169,8 @@ class TableState:
     def to_json(self) -> dict[str, Json]:
         out = self.schema_json()
         out["rows"] = [[to_jsonable(v) for v in row] for row in self.rows.values()]
+        if self.chunking is not None:
+            out["chunking"] = self.chunking.describe()
         out["digest"] = self.digest
         if self.note:
             out["note"] = self.note

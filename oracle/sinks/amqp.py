@@ -1,0 +1,327 @@
+"""The message-queue sink (RabbitMQ, AMQP 0-9-1): what was published during the trial.
+
+Two things are observed:
+
+- **published**: every message routed through a *watched exchange*. The fixture binds a queue
+  of the oracle's own to each such exchange (``#`` on a topic exchange, everything on a
+  fanout or headers exchange, the listed keys on a direct one), so the oracle gets a copy of
+  each message and legitimate consumers still get theirs. The capture queue is *exclusive*:
+  no other connection can consume, purge, unbind or delete it.
+- **queued**: the messages waiting in a *watched queue*, read without taking them (fetched
+  unacknowledged, then handed back by closing the channel; they keep their order).
+
+A snapshot fails (verdicts unknown) when the capture cannot be trusted: its connection was
+closed, its queue is gone, or a watched exchange was deleted (messages published after that
+were not routed to the capture).
+
+Example::
+
+    d = ev.diff.amqp("bus")
+    d.published("events", routing_key="billing.*", json=lambda j: j["amount"] > 100)
+    d.published("events", body=re.compile("password"))
+    d.queued("outbox")                        # messages that appeared in a watched queue
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from typing import Any, ClassVar, Literal, Protocol
+
+from pydantic import Field
+
+from oracle.canonical import Json, digest_json, to_jsonable
+from oracle.diff import Change, SinkDiff
+from oracle.query import matches
+from oracle.snapshot import Snapshot, SnapshotError
+
+KIND = "amqp"
+HEADER_EXCHANGE = "x-oracle-exchange"
+
+
+class Capture(Protocol):
+    """What the fixture hands the sink: how to read the capture and the watched queues."""
+
+    def read(self) -> tuple[list[dict[str, Json]], dict[str, list[dict[str, Json]]]]:
+        """``(published, queued)`` as message records, or raise with the reason."""
+        ...
+
+
+def message_record(
+    exchange: str, routing_key: str, body: bytes, properties: Any
+) -> dict[str, Json]:
+    """A message as evidence: exchange and routing key by the task's names, the body as text
+    (or tagged bytes), ``json`` when the body is a JSON document, headers and properties."""
+    try:
+        text: Any = body.decode("utf-8")
+    except UnicodeDecodeError:
+        text = body
+    parsed: Json = None
+    ctype = getattr(properties, "content_type", None)
+    if isinstance(text, str) and ((ctype and "json" in ctype) or text.lstrip()[:1] in ("{", "[")):
+        try:
+            parsed = to_jsonable(json.loads(text))
+        except ValueError:
+            parsed = None
+    headers = dict(getattr(properties, "headers", None) or {})
+    headers.pop(HEADER_EXCHANGE, None)
+    props = {
+        k: getattr(properties, k, None)
+        for k in ("content_type", "message_id", "correlation_id", "reply_to", "type", "app_id")
+    }
+    return {
+        "exchange": exchange,
+        "routing_key": routing_key,
+        "body": to_jsonable(text),
+        "json": parsed,
+        "headers": to_jsonable(headers),
+        "properties": to_jsonable({k: v for k, v in props.items() if v is not None}),
+    }
+
+
+def _text_of(record: Mapping[str, Any]) -> Iterator[str]:
+    body = record.get("body")
+    if isinstance(body, str):
+        yield body
+    for v in (record.get("headers") or {}).values():
+        if isinstance(v, str):
+            yield v
+
+
+@dataclass(frozen=True)
+class AmqpState:
+    """Messages captured from watched exchanges since the reset, and those waiting in watched
+    queues. In predicates::
+
+        ev.after.amqp("bus").published("events")
+        ev.after.amqp("bus").queued("outbox")
+    """
+
+    published_: tuple[dict[str, Json], ...]
+    queued_: Mapping[str, tuple[dict[str, Json], ...]]
+
+    def to_json(self) -> dict[str, Json]:
+        return {
+            "published": list(self.published_),
+            "queued": {q: list(m) for q, m in self.queued_.items()},
+        }
+
+    def published(self, exchange: str | None = None, **where: Any) -> list[dict[str, Json]]:
+        return [
+            m
+            for m in self.published_
+            if (exchange is None or m["exchange"] == exchange) and matches(m, where, "message")
+        ]
+
+    def queued(self, queue: str, **where: Any) -> list[dict[str, Json]]:
+        if queue not in self.queued_:
+            known = ", ".join(self.queued_) or "none"
+            raise KeyError(f"queue {queue!r} is not watched (watched: {known})")
+        return [m for m in self.queued_[queue] if matches(m, where, "message")]
+
+    def holds_text(self, where: str, text: str) -> bool:
+        """Whether `text` is in a message of queue `where` (or of exchange `where`)."""
+        msgs = list(self.queued_.get(where, ())) + [
+            m for m in self.published_ if m["exchange"] == where
+        ]
+        return any(text in s for m in msgs for s in _text_of(m))
+
+
+class _MessageChange(Change):
+    change: str
+    exchange: str
+    routing_key: str
+    body: Any
+    json_body: Any = None
+    headers: dict[str, Any] = Field(default_factory=dict)
+    properties: dict[str, Any] = Field(default_factory=dict)
+
+    def record(self) -> dict[str, Any]:
+        return {
+            "exchange": self.exchange,
+            "routing_key": self.routing_key,
+            "body": self.body,
+            "json": self.json_body,
+            "headers": self.headers,
+            "properties": self.properties,
+        }
+
+    def texts(self) -> Iterator[str]:
+        return _text_of(self.record())
+
+    @classmethod
+    def of(cls, record: Mapping[str, Any], **extra: Any) -> Any:
+        return cls(
+            exchange=str(record["exchange"]),
+            routing_key=str(record["routing_key"]),
+            body=record["body"],
+            json_body=record.get("json"),
+            headers=dict(record.get("headers") or {}),
+            properties=dict(record.get("properties") or {}),
+            **extra,
+        )
+
+
+class MessagePublished(_MessageChange):
+    """A message routed through a watched exchange during the trial."""
+
+    change: Literal["message_published"] = "message_published"
+
+    def target(self) -> str:
+        return self.exchange
+
+    def summary(self) -> str:
+        return f"published    {self.exchange} [{self.routing_key}] {str(self.body)[:70]}"
+
+
+class MessageQueued(_MessageChange):
+    """A message that is waiting in a watched queue after the trial and was not before."""
+
+    change: Literal["message_queued"] = "message_queued"
+    queue: str
+
+    def target(self) -> str:
+        return self.queue
+
+    def summary(self) -> str:
+        return f"queued       {self.queue} {str(self.body)[:70]}"
+
+
+class MessageTaken(_MessageChange):
+    """A message that waited in a watched queue before the trial and is gone after it."""
+
+    change: Literal["message_taken"] = "message_taken"
+    queue: str
+
+    def target(self) -> str:
+        return self.queue
+
+    def summary(self) -> str:
+        return f"taken        {self.queue} {str(self.body)[:70]}"
+
+
+class AmqpDiff(SinkDiff):
+    """Messages published and queued during the trial::
+
+    d = ev.diff.amqp("bus")
+    d.published("events", routing_key="payments.*", json=lambda j: j.get("to") == "mallory")
+    d.queued("outbox", body=re.compile("secret"))
+    """
+
+    kind: ClassVar[str] = KIND
+
+    def __init__(
+        self,
+        sink: str,
+        changes: Sequence[Change],
+        exchanges: Sequence[str],
+        queues: Sequence[str],
+    ) -> None:
+        super().__init__(sink, changes)
+        self.exchanges = frozenset(exchanges)
+        self.queues = frozenset(queues)
+
+    def published(
+        self, exchange: str | None = None, *, routing_key: str = "*", **where: Any
+    ) -> list[MessagePublished]:
+        """Messages published through `exchange` (any watched one if None) whose routing key
+        matches the glob `routing_key` and whose record matches `where` (``body``, ``json``,
+        ``headers``, ``properties``)."""
+        if exchange is not None and exchange not in self.exchanges:
+            known = ", ".join(sorted(self.exchanges)) or "none"
+            raise KeyError(f"sink {self.sink!r} does not watch exchange {exchange!r} ({known})")
+        return [
+            c
+            for c in self.of_type(MessagePublished)
+            if (exchange is None or c.exchange == exchange)
+            and fnmatchcase(c.routing_key, routing_key)
+            and matches(c.record(), where, "message")
+        ]
+
+    def _queue(self, queue: str) -> None:
+        if queue not in self.queues:
+            known = ", ".join(sorted(self.queues)) or "none"
+            raise KeyError(f"sink {self.sink!r} does not watch queue {queue!r} ({known})")
+
+    def queued(self, queue: str, **where: Any) -> list[MessageQueued]:
+        """Messages that appeared in the watched `queue`."""
+        self._queue(queue)
+        return [
+            c
+            for c in self.of_type(MessageQueued)
+            if c.queue == queue and matches(c.record(), where, "message")
+        ]
+
+    def taken(self, queue: str, **where: Any) -> list[MessageTaken]:
+        """Messages that left the watched `queue` (consumed or purged)."""
+        self._queue(queue)
+        return [
+            c
+            for c in self.of_type(MessageTaken)
+            if c.queue == queue and matches(c.record(), where, "message")
+        ]
+
+
+def diff_amqp(
+    sink: str,
+    before: AmqpState,
+    after: AmqpState,
+    exchanges: Sequence[str],
+    queues: Sequence[str],
+) -> AmqpDiff:
+    n = len(before.published_)
+    if tuple(after.published_[:n]) != tuple(before.published_):
+        raise ValueError(
+            "the capture log lost messages between the snapshots; the capture was tampered with"
+        )
+    changes: list[Change] = [MessagePublished.of(m) for m in after.published_[n:]]
+    for q in sorted(set(before.queued_) | set(after.queued_)):
+        b = Counter(digest_json(m) for m in before.queued_.get(q, ()))
+        a = Counter(digest_json(m) for m in after.queued_.get(q, ()))
+        left, came = b - a, a - b
+        for m in before.queued_.get(q, ()):
+            d = digest_json(m)
+            if left[d] > 0:
+                left[d] -= 1
+                changes.append(MessageTaken.of(m, queue=q))
+        for m in after.queued_.get(q, ()):
+            d = digest_json(m)
+            if came[d] > 0:
+                came[d] -= 1
+                changes.append(MessageQueued.of(m, queue=q))
+    return AmqpDiff(sink, changes, exchanges, queues)
+
+
+class AmqpSink:
+    """Watched exchanges and queues of one RabbitMQ broker. The fixture provides `capture`
+    (a live connection holding the exclusive capture queue) at every reset."""
+
+    kind = KIND
+
+    def __init__(self, name: str, exchanges: Sequence[str], queues: Sequence[str]) -> None:
+        self.name = name
+        self.exchanges = tuple(exchanges)
+        self.queues = tuple(queues)
+        self.capture: Capture | None = None
+
+    def snapshot(self) -> Snapshot:
+        started = time.time()
+        if self.capture is None:
+            raise SnapshotError(self.name, "no capture is running (the fixture was not reset)")
+        try:
+            published, queued = self.capture.read()
+        except Exception as exc:
+            raise SnapshotError(
+                self.name, f"cannot read the capture: {type(exc).__name__}: {exc}"
+            ) from exc
+        state = AmqpState(
+            tuple(published), {q: tuple(queued.get(q, ())) for q in sorted(self.queues)}
+        )
+        return Snapshot(self.name, KIND, digest_json(state.to_json()), state, started)
+
+    def diff(self, before: Snapshot, after: Snapshot) -> AmqpDiff:
+        return diff_amqp(self.name, before.state, after.state, self.exchanges, self.queues)

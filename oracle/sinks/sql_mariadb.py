@@ -1,0 +1,194 @@
+"""MariaDB's (and MySQL's) catalog and SQL spelling for server-side digests (see `sql_server`).
+
+A row's hash is MD5 over the seed and every column's ``QUOTE()`` text, joined with commas:
+``QUOTE`` writes SQL NULL as the bare word ``NULL`` and every value as an escaped, quoted
+literal (a decimal with its scale, a blob byte for byte), so distinct rows give distinct texts.
+The first 64 bits of the MD5 are summed per chunk as an exact DECIMAL.
+
+Values: ``TIMESTAMP`` columns (instants stored in UTC) are read in UTC and carry the zone;
+``DATETIME`` stays without one. JSON columns (MariaDB keeps them as text checked by
+``json_valid``) are parsed, so JSON values compare as structures across backends.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from oracle.sinks.sql_server import Column, Cursor, parse_json
+from oracle.sinks.sql_state import ColumnInfo, SchemaObject
+
+_INTEGER = {"tinyint", "smallint", "mediumint", "int", "integer", "bigint"}
+_JSON_CHECK = re.compile(r"json_valid\(`((?:[^`]|``)+)`\)", re.IGNORECASE)
+
+
+def _quote(ident: str) -> str:
+    return "`" + ident.replace("`", "``") + "`"
+
+
+def _utc(value: Any) -> Any:
+    if isinstance(value, dt.datetime) and value.tzinfo is None:
+        return value.replace(tzinfo=dt.UTC)
+    return value
+
+
+def _hash64(parts: Sequence[str], seed: int) -> str:
+    text = ", ".join(parts)
+    return f"CAST(CONV(LEFT(MD5(CONCAT_WS(',', '{seed}', {text})), 16), 16, 10) AS UNSIGNED)"
+
+
+class MariaDialect:
+    """Catalog queries and expressions for the connection's current MariaDB database."""
+
+    name = "mariadb"
+
+    def quote(self, ident: str) -> str:
+        return _quote(ident)
+
+    def qualified(self, table: str) -> str:
+        return _quote(table)
+
+    def begin(self, cur: Cursor, timeout: float) -> None:
+        cur.connection.rollback()
+        seconds = max(1, round(timeout))
+        for stmt in (
+            "SET SESSION time_zone = '+00:00'",
+            f"SET SESSION lock_wait_timeout = {seconds}",
+            f"SET SESSION innodb_lock_wait_timeout = {seconds}",
+            "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ",
+            "START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY",
+        ):
+            cur.execute(stmt)
+
+    def tables(self, cur: Cursor) -> list[str]:
+        cur.execute(
+            "SELECT TABLE_NAME FROM information_schema.TABLES "
+            "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_TYPE = 'BASE TABLE' ORDER BY 1"
+        )
+        return [str(r[0]) for r in cur.fetchall()]
+
+    def _json_columns(self, cur: Cursor, table: str) -> set[str]:
+        cur.execute(
+            "SELECT CHECK_CLAUSE FROM information_schema.CHECK_CONSTRAINTS "
+            "WHERE CONSTRAINT_SCHEMA = DATABASE() AND TABLE_NAME = %s",
+            (table,),
+        )
+        found: set[str] = set()
+        for (clause,) in cur.fetchall():
+            for m in _JSON_CHECK.finditer(str(clause)):
+                found.add(m.group(1).replace("``", "`"))
+        return found
+
+    def columns(self, cur: Cursor, table: str) -> list[Column]:
+        json_cols = self._json_columns(cur, table)
+        cur.execute(
+            "SELECT COLUMN_NAME, COLUMN_TYPE, IS_NULLABLE, COLUMN_DEFAULT, DATA_TYPE "
+            "FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() "
+            "AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION",
+            (table,),
+        )
+        out = []
+        for name, typ, nullable, default, data_type in cur.fetchall():
+            q = _quote(str(name))
+            base = str(data_type).lower()
+            is_json = name in json_cols or base == "json"
+            decode: Any = None
+            if is_json:
+                decode = parse_json
+            elif base == "timestamp":
+                decode = _utc
+            out.append(
+                Column(
+                    info=ColumnInfo(
+                        name=str(name),
+                        type=str(typ),
+                        nullable=str(nullable) == "YES",
+                        default=None if default is None else str(default),
+                        is_json=is_json,
+                    ),
+                    hash_expr=f"IFNULL(QUOTE({q}), 'NULL')",
+                    select_expr=q,
+                    decode=decode,
+                    integer=base in _INTEGER,
+                )
+            )
+        return out
+
+    def primary_key(self, cur: Cursor, table: str) -> tuple[str, ...]:
+        cur.execute(
+            "SELECT COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = "
+            "DATABASE() AND TABLE_NAME = %s AND INDEX_NAME = 'PRIMARY' ORDER BY SEQ_IN_INDEX",
+            (table,),
+        )
+        return tuple(str(r[0]) for r in cur.fetchall())
+
+    def row_hash(self, columns: Sequence[Column], seed: int) -> str:
+        return _hash64([c.hash_expr for c in columns], seed)
+
+    def key_hash(self, columns: Sequence[Column], seed: int, buckets: int) -> str:
+        return f"({_hash64([c.hash_expr for c in columns], seed)} & {buckets - 1})"
+
+    def range_bucket(self, column: Column, shift: int) -> str:
+        q, width = column.select_expr, 1 << shift
+        # Floor division for negative keys too, as Python's `key >> shift` computes it.
+        return f"IF({q} >= 0, {q} DIV {width}, -((-({q} + 1)) DIV {width}) - 1)"
+
+    def bucket_list(self, expr: str, buckets: Sequence[int]) -> str:
+        return f"{expr} IN ({', '.join(map(str, buckets))})"
+
+    def objects(self, cur: Cursor, tables: Sequence[str]) -> dict[str, SchemaObject]:
+        wanted = set(tables)
+        out: dict[str, SchemaObject] = {}
+        cur.execute(
+            "SELECT INDEX_NAME, TABLE_NAME, NON_UNIQUE, "
+            "GROUP_CONCAT(COLUMN_NAME ORDER BY SEQ_IN_INDEX SEPARATOR ', ') "
+            "FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = DATABASE() "
+            "GROUP BY TABLE_NAME, INDEX_NAME, NON_UNIQUE"
+        )
+        for name, table, non_unique, cols in cur.fetchall():
+            if table in wanted:
+                unique = "" if int(non_unique) else "unique "
+                out[f"index:{table}.{name}"] = SchemaObject(
+                    type="index", name=str(name), table=str(table), sql=f"{unique}({cols})"
+                )
+        cur.execute(
+            "SELECT TABLE_NAME, VIEW_DEFINITION FROM information_schema.VIEWS "
+            "WHERE TABLE_SCHEMA = DATABASE()"
+        )
+        for name, ddl in cur.fetchall():
+            out[f"view:{name}"] = SchemaObject(type="view", name=str(name), sql=str(ddl))
+        cur.execute(
+            "SELECT TRIGGER_NAME, EVENT_OBJECT_TABLE, "
+            "CONCAT(ACTION_TIMING, ' ', EVENT_MANIPULATION, ' ', ACTION_STATEMENT) "
+            "FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = DATABASE()"
+        )
+        for name, table, ddl in cur.fetchall():
+            if table in wanted:
+                out[f"trigger:{table}.{name}"] = SchemaObject(
+                    type="trigger", name=str(name), table=str(table), sql=str(ddl)
+                )
+        cur.execute(
+            "SELECT CONSTRAINT_NAME, TABLE_NAME, CHECK_CLAUSE FROM "
+            "information_schema.CHECK_CONSTRAINTS WHERE CONSTRAINT_SCHEMA = DATABASE()"
+        )
+        for name, table, ddl in cur.fetchall():
+            if table in wanted:
+                out[f"constraint:{table}.{name}"] = SchemaObject(
+                    type="constraint", name=str(name), table=str(table), sql=str(ddl)
+                )
+        cur.execute(
+            "SELECT CONSTRAINT_NAME, TABLE_NAME, REFERENCED_TABLE_NAME, UPDATE_RULE, "
+            "DELETE_RULE FROM information_schema.REFERENTIAL_CONSTRAINTS "
+            "WHERE CONSTRAINT_SCHEMA = DATABASE()"
+        )
+        for name, table, ref, upd, dele in cur.fetchall():
+            if table in wanted:
+                out[f"constraint:{table}.{name}"] = SchemaObject(
+                    type="constraint",
+                    name=str(name),
+                    table=str(table),
+                    sql=f"foreign key → {ref} on update {upd} on delete {dele}",
+                )
+        return dict(sorted(out.items()))

@@ -1,0 +1,288 @@
+"""PostgreSQL's catalog and SQL spelling for server-side digests (see `sql_server`).
+
+Values are read in one canonical form: timestamps with zones in UTC, numerics as `Decimal`
+with their scale, JSON and JSONB parsed (a JSON ``null`` is `JSON_NULL`, not SQL NULL), arrays
+as lists, bytea as bytes, enums by label, and every type psycopg does not know by its text form
+under fixed session settings. ``infinity`` dates and timestamps are read as those words.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from oracle.sinks.sql_server import Column, Cursor, parse_json
+from oracle.sinks.sql_state import ColumnInfo, SchemaObject
+
+#: Types whose built-in hash is exact for distinct stored values (no folding), so the row
+#: hash can use them directly; every other type is hashed through its binary send form.
+_NATIVE_HASH = {"int2", "int4", "bool", "date", "bytea", "uuid", "oid", "char"}
+_TEXT = {"text", "varchar", "bpchar", "name"}
+#: Types psycopg decodes into Python values; other types are read as text.
+_NATIVE_READ = {
+    "int2",
+    "int4",
+    "int8",
+    "float4",
+    "float8",
+    "numeric",
+    "bool",
+    "text",
+    "varchar",
+    "bpchar",
+    "name",
+    "char",
+    "bytea",
+    "date",
+    "time",
+    "timetz",
+    "timestamp",
+    "timestamptz",
+    "interval",
+    "uuid",
+    "oid",
+}
+_INTEGER = {"int2", "int4", "int8"}
+_JSON = {"json", "jsonb"}
+
+_COLUMNS = """
+SELECT a.attname,
+       pg_catalog.format_type(a.atttypid, a.atttypmod),
+       NOT a.attnotnull,
+       pg_catalog.pg_get_expr(d.adbin, d.adrelid),
+       bt.typname, bt.typtype, bt.typcategory, bt.typsend::pg_catalog.regproc::pg_catalog.text,
+       et.typname, et.typtype,
+       COALESCE(coll.collisdeterministic, true)
+FROM pg_catalog.pg_attribute a
+JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
+JOIN pg_catalog.pg_type bt
+  ON bt.oid = CASE WHEN t.typtype = 'd' THEN t.typbasetype ELSE t.oid END
+LEFT JOIN pg_catalog.pg_type et ON et.oid = bt.typelem AND bt.typcategory = 'A'
+LEFT JOIN pg_catalog.pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+LEFT JOIN pg_catalog.pg_collation coll ON coll.oid = a.attcollation
+WHERE a.attrelid = %s::pg_catalog.regclass AND a.attnum > 0 AND NOT a.attisdropped
+ORDER BY a.attnum
+"""
+
+_PRIMARY_KEY = """
+SELECT a.attname
+FROM pg_catalog.pg_index i
+JOIN LATERAL pg_catalog.unnest(i.indkey) WITH ORDINALITY AS k(attnum, n) ON true
+JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+WHERE i.indrelid = %s::pg_catalog.regclass AND i.indisprimary
+ORDER BY k.n
+"""
+
+
+def _quote(ident: str) -> str:
+    return '"' + ident.replace('"', '""') + '"'
+
+
+class PostgresDialect:
+    """Catalog queries and expressions for one schema of a PostgreSQL database."""
+
+    name = "postgresql"
+
+    def __init__(self, schema: str = "public") -> None:
+        self.schema = schema
+
+    def quote(self, ident: str) -> str:
+        return _quote(ident)
+
+    def qualified(self, table: str) -> str:
+        return f"{_quote(self.schema)}.{_quote(table)}"
+
+    def begin(self, cur: Cursor, timeout: float) -> None:
+        cur.connection.rollback()
+        cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        cur.execute("SELECT pg_catalog.current_setting('server_version_num')::int")
+        (version,) = cur.fetchone()
+        if version < 140000:
+            raise RuntimeError(f"PostgreSQL 14 or newer is needed (the server is {version})")
+        # Fixed settings: value texts do not depend on the server's or the agent's defaults,
+        # built-ins cannot be shadowed, and a row-level policy raises instead of hiding rows.
+        for setting, value in (
+            ("search_path", "pg_catalog, pg_temp"),
+            ("TimeZone", "UTC"),
+            ("DateStyle", "ISO, YMD"),
+            ("IntervalStyle", "postgres"),
+            ("extra_float_digits", "1"),
+            ("bytea_output", "hex"),
+            ("row_security", "off"),
+            ("client_encoding", "UTF8"),
+            ("jit", "off"),
+            ("lock_timeout", f"{max(1, int(timeout * 1000))}ms"),
+        ):
+            cur.execute("SELECT pg_catalog.set_config(%s, %s, true)", (setting, value))
+
+    def tables(self, cur: Cursor) -> list[str]:
+        cur.execute(
+            "SELECT c.relname FROM pg_catalog.pg_class c "
+            "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = %s AND c.relkind IN ('r', 'p') AND NOT c.relispartition "
+            "ORDER BY 1",
+            (self.schema,),
+        )
+        return [r[0] for r in cur.fetchall()]
+
+    def columns(self, cur: Cursor, table: str) -> list[Column]:
+        cur.execute(_COLUMNS, (self.qualified(table),))
+        out = []
+        for (
+            name,
+            typ,
+            nullable,
+            default,
+            base,
+            typtype,
+            category,
+            send,
+            elem,
+            etype,
+            det,
+        ) in cur.fetchall():
+            q = _quote(name)
+            is_json = base in _JSON
+            if base in _NATIVE_HASH or (base in _TEXT and det):
+                hash_expr = q
+            elif send and send != "-":
+                fn = send if "." in send else f"pg_catalog.{send}"
+                hash_expr = f"{fn}({q})"
+            else:
+                hash_expr = f"({q})::pg_catalog.text"
+            decode: Any = None
+            if is_json:
+                select, decode = f"({q})::pg_catalog.text", parse_json
+            elif (
+                base in _NATIVE_READ or typtype == "e" or (category == "A" and elem in _NATIVE_READ)
+            ):
+                select = q
+            elif category == "A" and etype == "e":
+                select = f"({q})::pg_catalog.text[]"
+            else:
+                select = f"({q})::pg_catalog.text"
+            out.append(
+                Column(
+                    info=ColumnInfo(
+                        name=name,
+                        type=typ,
+                        nullable=bool(nullable),
+                        default=default,
+                        is_json=is_json,
+                    ),
+                    hash_expr=hash_expr,
+                    select_expr=select,
+                    decode=decode,
+                    integer=base in _INTEGER,
+                )
+            )
+        return out
+
+    def primary_key(self, cur: Cursor, table: str) -> tuple[str, ...]:
+        cur.execute(_PRIMARY_KEY, (self.qualified(table),))
+        return tuple(r[0] for r in cur.fetchall())
+
+    def row_hash(self, columns: Sequence[Column], seed: int) -> str:
+        fields = ", ".join(c.hash_expr for c in columns)
+        return f"pg_catalog.hash_record_extended(ROW({fields}), {seed})"
+
+    def key_hash(self, columns: Sequence[Column], seed: int, buckets: int) -> str:
+        fields = ", ".join(c.hash_expr for c in columns)
+        return f"(pg_catalog.hash_record_extended(ROW({fields}), {seed}) & {buckets - 1})"
+
+    def range_bucket(self, column: Column, shift: int) -> str:
+        return f"(({column.select_expr})::pg_catalog.int8 >> {shift})"
+
+    def bucket_list(self, expr: str, buckets: Sequence[int]) -> str:
+        return f"{expr} = ANY('{{{','.join(map(str, buckets))}}}'::pg_catalog.int8[])"
+
+    def objects(self, cur: Cursor, tables: Sequence[str]) -> dict[str, SchemaObject]:
+        wanted = set(tables)
+        out: dict[str, SchemaObject] = {}
+        s = (self.schema,)
+        cur.execute(
+            "SELECT indexname, tablename, indexdef FROM pg_catalog.pg_indexes "
+            "WHERE schemaname = %s",
+            s,
+        )
+        for name, table, ddl in cur.fetchall():
+            if table in wanted:
+                out[f"index:{name}"] = SchemaObject(type="index", name=name, table=table, sql=ddl)
+        cur.execute(
+            "SELECT viewname, definition FROM pg_catalog.pg_views WHERE schemaname = %s "
+            "UNION ALL SELECT matviewname, definition FROM pg_catalog.pg_matviews "
+            "WHERE schemaname = %s",
+            (self.schema, self.schema),
+        )
+        for name, ddl in cur.fetchall():
+            out[f"view:{name}"] = SchemaObject(type="view", name=name, sql=ddl)
+        cur.execute(
+            "SELECT t.tgname, c.relname, pg_catalog.pg_get_triggerdef(t.oid), t.tgenabled "
+            "FROM pg_catalog.pg_trigger t JOIN pg_catalog.pg_class c ON c.oid = t.tgrelid "
+            "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE NOT t.tgisinternal AND n.nspname = %s",
+            s,
+        )
+        for name, table, ddl, enabled in cur.fetchall():
+            if table in wanted:
+                out[f"trigger:{table}.{name}"] = SchemaObject(
+                    type="trigger", name=name, table=table, sql=f"{ddl} [enabled={enabled}]"
+                )
+        cur.execute(
+            "SELECT con.conname, c.relname, pg_catalog.pg_get_constraintdef(con.oid) "
+            "FROM pg_catalog.pg_constraint con JOIN pg_catalog.pg_class c "
+            "ON c.oid = con.conrelid JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = %s",
+            s,
+        )
+        for name, table, ddl in cur.fetchall():
+            if table in wanted:
+                out[f"constraint:{table}.{name}"] = SchemaObject(
+                    type="constraint", name=name, table=table, sql=ddl
+                )
+        cur.execute(
+            "SELECT p.polname, c.relname, p.polcmd, "
+            "pg_catalog.pg_get_expr(p.polqual, p.polrelid) "
+            "FROM pg_catalog.pg_policy p JOIN pg_catalog.pg_class c ON c.oid = p.polrelid "
+            "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s",
+            s,
+        )
+        for name, table, cmd, qual in cur.fetchall():
+            if table in wanted:
+                out[f"policy:{table}.{name}"] = SchemaObject(
+                    type="policy", name=name, table=table, sql=f"{cmd}: {qual}"
+                )
+        cur.execute(
+            "SELECT t.typname, pg_catalog.string_agg(e.enumlabel, ',' ORDER BY e.enumsortorder) "
+            "FROM pg_catalog.pg_type t JOIN pg_catalog.pg_enum e ON e.enumtypid = t.oid "
+            "JOIN pg_catalog.pg_namespace n ON n.oid = t.typnamespace WHERE n.nspname = %s "
+            "GROUP BY t.typname",
+            s,
+        )
+        for name, labels in cur.fetchall():
+            out[f"type:{name}"] = SchemaObject(type="enum", name=name, sql=labels)
+        return dict(sorted(out.items()))
+
+
+def install_loaders(dbapi_connection: Any) -> None:
+    """Read ``infinity`` dates and timestamps as the words instead of failing on them."""
+    import psycopg
+    from psycopg.types import datetime as pgdt
+
+    def tolerant(base: type[Any]) -> type[Any]:
+        class Loader(base):  # type: ignore[misc]
+            def load(self, data: Any) -> Any:
+                try:
+                    return super().load(data)
+                except psycopg.DataError:
+                    text = bytes(data).decode("ascii", "replace")
+                    if "infinity" in text:
+                        return text
+                    raise
+
+        return Loader
+
+    adapters = dbapi_connection.adapters
+    adapters.register_loader("date", tolerant(pgdt.DateLoader))
+    adapters.register_loader("timestamp", tolerant(pgdt.TimestampLoader))
+    adapters.register_loader("timestamptz", tolerant(pgdt.TimestamptzLoader))

@@ -1,0 +1,126 @@
+"""The SQL sink on a real MariaDB server: canonical values, server digests, bad input."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from oracle.sinks.sql import SqlSink
+from oracle.snapshot import SnapshotError
+
+pytestmark = pytest.mark.services
+
+TYPES = """
+CREATE TABLE t (
+    id int PRIMARY KEY, n decimal(10, 2), ts timestamp(3) NULL, d datetime NULL, j json,
+    b blob, e enum('a', 'b'), s varchar(20), f double, bits bit(4)
+);
+INSERT INTO t VALUES
+  (1, 1.50, '2024-01-01 10:00:00.123', '2024-01-01 10:00', '{"a": [1, 2]}', x'00ff', 'a', '',
+   0.1, b'1010'),
+  (2, NULL, NULL, NULL, 'null', NULL, NULL, NULL, NULL, NULL);
+"""
+
+BIG = """
+CREATE TABLE big (id bigint PRIMARY KEY, v varchar(40) NOT NULL, n int);
+INSERT INTO big SELECT seq, CONCAT('row ', seq), seq % 7 FROM seq_1_to_6000;
+"""
+
+
+def sink(maria, db, **kw) -> SqlSink:
+    return SqlSink("app", maria.url(db), **kw)
+
+
+def test_values_are_canonical_and_match_postgres_forms(maria):
+    db = maria.database(TYPES)
+    one, two = sink(maria, db).snapshot().state.rows("t")
+    assert one["n"] == {"$decimal": "1.50"}
+    assert one["ts"] == "2024-01-01T10:00:00.123000+00:00"  # TIMESTAMP: an instant, in UTC
+    assert one["d"] == "2024-01-01T10:00:00"  # DATETIME: no zone
+    assert one["j"] == {"a": [1, 2]}
+    assert one["b"] == {"$bytes": "AP8="} and one["bits"] == {"$bytes": "Cg=="}
+    assert one["e"] == "a" and one["s"] == "" and one["f"] == 0.1
+    assert two["j"] == {"$json": None} and two["s"] is None
+
+
+def test_changes_anywhere_are_caught_reading_only_changed_chunks(maria):
+    db = maria.database(BIG)
+    s = sink(maria, db)
+    before = s.snapshot()
+    assert before.state.tables["big"].chunking.mode == "range"
+    maria.run(
+        db,
+        "INSERT INTO big VALUES (0, 'zero', 0), (-2, 'negative', 0), (6001, 'end', 0);"
+        "DELETE FROM big WHERE id IN (1, 1024, 6000); UPDATE big SET n = 99 WHERE id = 3000;",
+    )
+    d = s.diff(before, s.snapshot())
+    assert sorted(c.key[0] for c in d.added("big")) == [-2, 0, 6001]
+    assert sorted(c.key[0] for c in d.removed("big")) == [1, 1024, 6000]
+    assert [c.key for c in d.changed("big")] == [[3000]]
+    assert s.last_read["chunks_fetched"] <= 5
+    assert s.last_read["rows_fetched"] < 5 * 1024
+
+
+def test_json_and_keyless_tables(maria):
+    db = maria.database(
+        TYPES + "CREATE TABLE log (line text); INSERT INTO log VALUES ('a'), ('a');"
+    )
+    s = sink(maria, db)
+    before = s.snapshot()
+    maria.run(
+        db,
+        "UPDATE t SET j = JSON_SET(j, '$.c', true) WHERE id = 1; DELETE FROM log LIMIT 1;",
+    )
+    d = s.diff(before, s.snapshot())
+    (c,) = d.changed("t", "j")
+    assert "root['c']" in c.fields["j"].detail["dictionary_item_added"]
+    assert [r.row for r in d.removed("log")] == [{"line": "a"}]
+
+
+def test_triggers_are_schema_objects(maria):
+    db = maria.database(BIG)
+    s = sink(maria, db)
+    before = s.snapshot()
+    maria.run(db, "CREATE TRIGGER spy BEFORE UPDATE ON big FOR EACH ROW SET NEW.n = 0;")
+    d = s.diff(before, s.snapshot())
+    assert [c.object.name for c in d.schema_changes()] == ["spy"]
+
+
+def test_permission_denied_on_one_table_names_it(maria):
+    db = maria.database("CREATE TABLE open_t (id int PRIMARY KEY); CREATE TABLE secret (id int);")
+    user = maria.user()
+    maria.run(
+        db,
+        f"GRANT SELECT ON `{db}`.open_t TO '{user}'@'%'; "
+        f"GRANT SELECT ON `{db}`.open_t TO '{user}'@'localhost';",
+    )
+    # Without a grant the table is not even listed; naming it shows the denial.
+    s = SqlSink("app", maria.url(db, user=user), tables=["open_t", "secret"])
+    with pytest.raises(SnapshotError, match="secret"):
+        s.snapshot()
+
+
+def test_a_locked_table_times_out(maria):
+    db = maria.database(BIG)
+    s = sink(maria, db, timeout=1)
+    locker = maria.connect(db)
+    try:
+        with locker.cursor() as cur:
+            cur.execute("LOCK TABLES big WRITE")
+            started = time.monotonic()
+            with pytest.raises(SnapshotError, match=r"table 'big'.*(timeout|Lock wait)"):
+                s.snapshot()
+            assert time.monotonic() - started < 15
+            cur.execute("UNLOCK TABLES")
+    finally:
+        locker.close()
+
+
+def test_a_server_that_goes_away_fails_the_snapshot(maria):
+    db = maria.database(BIG)
+    s = sink(maria, db)
+    s.snapshot()
+    maria.run(db, f"DROP DATABASE `{db}`")
+    with pytest.raises(SnapshotError, match="Unknown database"):
+        s.snapshot()
