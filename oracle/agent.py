@@ -22,6 +22,7 @@ import multiprocessing
 import os
 import signal
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
@@ -173,7 +174,12 @@ def _call_forked(
         send.send((outcome.text, [c.model_dump() for c in outcome.calls], outcome.error))
 
     proc = ctx.Process(target=child, daemon=False)
-    proc.start()
+    with warnings.catch_warnings():
+        # The harness may run server threads (the egress recorder's reader, the SMTP loop).
+        # The child only runs the callable against the sandbox's endpoints and never touches
+        # those threads' objects, so fork's warning about threads does not apply to it.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        proc.start()
     send.close()
     try:
         if not receive.poll(timeout):
