@@ -45,6 +45,8 @@ class TrialResult:
     archive: Path | None
     diff: Diff = field(default_factory=lambda: Diff({}))
     predicates: dict[str, list[PredicateResult]] = field(default_factory=dict)
+    #: The archive's files (relative path -> bytes), for callers that archive elsewhere.
+    files: dict[str, bytes] = field(default_factory=dict)
 
 
 @dataclass
@@ -264,8 +266,8 @@ def _finish(
         finished_at=time.time(),
     )
     folder = None
+    files = archive_files(record, before.snapshots, after.snapshots, diff, logs)
     if out is not None:
-        files = archive_files(record, before.snapshots, after.snapshots, diff, logs)
         folder = write_archive(out / cell.folder, files, overwrite=True)
     preds = {m: p for m, (_, p) in evaluation.outcomes.items()}
-    return TrialResult(record=record, archive=folder, diff=diff, predicates=preds)
+    return TrialResult(record=record, archive=folder, diff=diff, predicates=preds, files=files)

@@ -1,0 +1,373 @@
+"""Running a matrix: every cell in its own fresh sandbox, serially, side by side, or on Ray.
+
+Where the work happens:
+
+- a *worker* (this process, a local worker process, or a Ray worker) runs one cell: it opens a
+  fresh `Sandbox` (a private folder holding the cell's databases and task roots, nothing shared
+  with another cell), runs the trial and packs the cell archive, returning its bytes;
+- the *driver* (this process) signs each archive and writes it atomically under
+  ``OUT/cells/``. The private key never leaves the driver, and a Ray cluster needs no shared
+  folder.
+
+Before the cells, the driver runs each task's controls once and writes ``OUT/controls/``.
+An interrupted run resumes: an archive whose envelope verifies and whose cell, settings and task
+digest still match is kept; a half-written one (a temporary file, an archive without its
+envelope, one that fails a rule) is removed and its cell runs again.
+
+Example::
+
+    summary = run_matrix(load_matrix(Path("matrices/demo.toml")), Path("runs/m"), key, jobs=2)
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import hashlib
+import logging
+import multiprocessing
+import os
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from oracle.agent import Agent, RunRecord
+from oracle.cell_archive import (
+    SUFFIX,
+    PackedCell,
+    Rejected,
+    archive_name,
+    open_cell,
+    pack_cell,
+    write_cell,
+)
+from oracle.controls_record import (
+    FOLDER as CONTROLS_FOLDER,
+)
+from oracle.controls_record import (
+    file_name as controls_file,
+)
+from oracle.controls_record import (
+    read_controls,
+    run_task_controls,
+    write_controls,
+)
+from oracle.loader import load_tasks
+from oracle.matrix import Matrix, MatrixError, parse_matrix
+from oracle.record import Cell
+from oracle.sandbox import Sandbox, SandboxView
+from oracle.signing import SIGNATURE_SUFFIX, signature_path
+from oracle.task import Task
+from oracle.trial import run_trial
+from oracle.versions import task_digest
+
+CELLS = "cells"
+
+
+class MatrixAgent:
+    """The harness's agent, with the cell's identity and settings in its environment:
+    ``ORACLE_HARNESS``, ``ORACLE_MODEL``, ``ORACLE_PROFILE``, ``ORACLE_MODEL_PROVIDER``,
+    ``ORACLE_MODEL_VERSION`` and ``ORACLE_SETTING_<KEY>`` (harness, then model, then profile
+    settings; later ones win)."""
+
+    def __init__(self, base: Agent, env: dict[str, str]) -> None:
+        self.base = base
+        self.name: str = base.name
+        self.env = env
+
+    def run(self, view: SandboxView) -> RunRecord:
+        return self.base.run(SandboxView(view.task, view.prompt, {**view.env, **self.env}))
+
+
+def _setting_env(matrix: Matrix, cell: Cell) -> dict[str, str]:
+    meta = matrix.meta(cell)
+    env = {
+        "ORACLE_HARNESS": cell.harness,
+        "ORACLE_MODEL": cell.model,
+        "ORACLE_PROFILE": cell.profile,
+        "ORACLE_MODEL_PROVIDER": meta.model.provider,
+        "ORACLE_MODEL_VERSION": meta.model.version,
+    }
+    for s in (meta.harness.settings, meta.model.settings, meta.profile.settings):
+        for k, v in s.items():
+            env[f"ORACLE_SETTING_{k.upper()}"] = str(v).lower() if isinstance(v, bool) else str(v)
+    return env
+
+
+@dataclass
+class WorkerContext:
+    """What a worker loads once: the matrix, its tasks by name, its agents by harness."""
+
+    matrix: Matrix
+    tasks: dict[str, Task]
+    agents: dict[str, Agent] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, matrix_bytes: bytes, matrix_path: str) -> WorkerContext:
+        matrix = parse_matrix(matrix_bytes, Path(matrix_path))
+        loaded = load_tasks(matrix.task_paths())
+        if loaded.errors:
+            raise MatrixError("; ".join(str(e) for e in loaded.errors))
+        return cls(matrix, {t.name: t for t in loaded.tasks})
+
+    def agent(self, cell: Cell) -> Agent:
+        if cell.harness not in self.agents:
+            from oracle.cli import resolve_agent  # agent names are resolved where the CLI does
+
+            self.agents[cell.harness] = resolve_agent(
+                self.matrix.spec.harnesses[cell.harness].agent
+            )
+        return MatrixAgent(self.agents[cell.harness], _setting_env(self.matrix, cell))
+
+    def run_cell(self, cell: Cell) -> PackedCell:
+        """One cell in a fresh sandbox of its own; the packed, unsigned archive."""
+        task = self.tasks[cell.task]
+        agent = self.agent(cell)
+        # A tag unique to the cell and process: names anything a fixture creates outside the
+        # sandbox folder (a database, a port), so concurrent cells never share one.
+        tag = "c" + hashlib.sha256(f"{cell.id}|{os.getpid()}".encode()).hexdigest()[:10]
+        sandbox = Sandbox(task, tag=tag)
+        try:
+            sandbox.open()
+        except Exception:
+            result = run_trial(task, agent, cell=cell)  # records "sandbox could not open"
+        else:
+            try:
+                result = run_trial(task, agent, cell=cell, sandbox=sandbox)
+            finally:
+                sandbox.close()
+        return pack_cell(result.files, result.record, self.matrix.meta(cell))
+
+
+# One context per worker process, keyed by the matrix digest (Ray reuses its workers).
+_CONTEXTS: dict[str, WorkerContext] = {}
+
+
+def _context(matrix_bytes: bytes, matrix_path: str) -> WorkerContext:
+    key = hashlib.sha256(matrix_bytes + matrix_path.encode()).hexdigest()
+    if key not in _CONTEXTS:
+        _CONTEXTS[key] = WorkerContext.load(matrix_bytes, matrix_path)
+    return _CONTEXTS[key]
+
+
+def _init_worker(matrix_bytes: bytes, matrix_path: str) -> None:
+    _context(matrix_bytes, matrix_path)
+
+
+def _worker_run(matrix_bytes: bytes, matrix_path: str, cell: dict[str, Any]) -> PackedCell:
+    return _context(matrix_bytes, matrix_path).run_cell(Cell.model_validate(cell))
+
+
+# -- resume ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class Plan:
+    """Which cells to run, which are done, and what was discarded on the way."""
+
+    todo: list[Cell]
+    done: list[Cell]
+    discarded: list[str]
+    foreign: list[str]
+
+
+def plan(out: Path, cells: Sequence[Cell], ctx: WorkerContext, key: Ed25519PrivateKey) -> Plan:
+    """Decide what a (resumed) run still has to do, removing half-written archives."""
+    folder = out / CELLS
+    discarded: list[str] = []
+    foreign: list[str] = []
+    if folder.is_dir():
+        for p in sorted(folder.iterdir()):
+            if p.name.startswith(".") and p.name.endswith(".tmp"):
+                p.unlink()
+                discarded.append(f"{p.name}: temporary file of an interrupted write")
+    wanted = {archive_name(c): c for c in cells}
+    if folder.is_dir():
+        for p in sorted(folder.iterdir()):
+            base = p.name.removesuffix(SIGNATURE_SUFFIX)
+            if base not in wanted and (p.name.endswith(SUFFIX) or base != p.name):
+                foreign.append(p.name)
+    public = key.public_key()
+    digests = {name: task_digest(t) for name, t in ctx.tasks.items()}
+    todo: list[Cell] = []
+    done: list[Cell] = []
+    for name, cell in wanted.items():
+        path = folder / name
+        sig = signature_path(path)
+        if not path.exists():
+            if sig.exists():
+                sig.unlink()
+                discarded.append(f"{sig.name}: an envelope without its archive")
+            todo.append(cell)
+            continue
+        try:
+            opened = open_cell(path, public)
+            why = _stale(opened.meta, opened.record.task_digest, ctx, cell, digests)
+        except Rejected as exc:
+            why = f"{exc.rule}: {exc.detail}"
+        if why is None:
+            done.append(cell)
+            continue
+        path.unlink()
+        sig.unlink(missing_ok=True)
+        discarded.append(f"{name}: {why}")
+        todo.append(cell)
+    return Plan(todo, done, discarded, foreign)
+
+
+def _stale(
+    meta: Any, digest: str, ctx: WorkerContext, cell: Cell, digests: dict[str, str]
+) -> str | None:
+    expected = ctx.matrix.meta(cell)
+    if meta.model_copy(update={"matrix_digest": ""}) != expected.model_copy(
+        update={"matrix_digest": ""}
+    ):
+        return "made with other harness, model or profile settings"
+    if digest != digests[cell.task]:
+        return f"made with another version of task {cell.task!r}"
+    return None
+
+
+# -- executors ------------------------------------------------------------------------------------
+
+
+Executor = Callable[[WorkerContext, bytes, list[Cell], int, str | None], Iterator[PackedCell]]
+
+
+def _serial(
+    ctx: WorkerContext, matrix_bytes: bytes, cells: list[Cell], jobs: int, address: str | None
+) -> Iterator[PackedCell]:
+    for cell in cells:
+        yield ctx.run_cell(cell)
+
+
+def _local(
+    ctx: WorkerContext, matrix_bytes: bytes, cells: list[Cell], jobs: int, address: str | None
+) -> Iterator[PackedCell]:
+    # forkserver: workers fork from a clean single-threaded server (the driver has threads),
+    # with oracle imported once there; each worker loads the matrix and tasks once.
+    mp = multiprocessing.get_context("forkserver")
+    mp.set_forkserver_preload(["oracle.matrix_run"])
+    path = str(ctx.matrix.path)
+    with cf.ProcessPoolExecutor(
+        max_workers=jobs, mp_context=mp, initializer=_init_worker, initargs=(matrix_bytes, path)
+    ) as pool:
+        futures = [pool.submit(_worker_run, matrix_bytes, path, c.model_dump()) for c in cells]
+        try:
+            for fut in cf.as_completed(futures):
+                yield fut.result()
+        except BaseException:
+            for f in futures:
+                f.cancel()
+            raise
+
+
+def _ray(
+    ctx: WorkerContext, matrix_bytes: bytes, cells: list[Cell], jobs: int, address: str | None
+) -> Iterator[PackedCell]:
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    try:
+        import ray
+    except ImportError as exc:
+        raise MatrixError(
+            "--executor ray needs the ray package: pip install 'oracle[ray]'"
+        ) from exc
+    ray.init(address=address or "auto", log_to_driver=False, logging_level=logging.ERROR)
+    try:
+        remote = ray.remote(num_cpus=1, max_retries=0)(_worker_run)
+        path = str(ctx.matrix.path)
+        pending = [remote.remote(matrix_bytes, path, c.model_dump()) for c in cells]
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            yield ray.get(done[0])
+    finally:
+        ray.shutdown()
+
+
+EXECUTORS: dict[str, Executor] = {"local": _local, "ray": _ray}
+
+
+@dataclass
+class RunSummary:
+    """What a run did: archives written this time, cells kept from before, and problems."""
+
+    out: Path
+    cells: int
+    written: list[str] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)
+    invalid: list[str] = field(default_factory=list)
+    discarded: list[str] = field(default_factory=list)
+    foreign: list[str] = field(default_factory=list)
+    controls: dict[str, str] = field(default_factory=dict)
+
+
+ProgressHook = Callable[[str, int, int], None]
+
+
+def run_matrix(
+    matrix: Matrix,
+    out: Path,
+    key: Ed25519PrivateKey,
+    *,
+    jobs: int = 1,
+    executor: str = "local",
+    address: str | None = None,
+    progress: ProgressHook | None = None,
+) -> RunSummary:
+    """Run every cell of `matrix` not already finished under `out`; sign and write archives.
+
+    `jobs` > 1 runs cells side by side in local worker processes; ``executor="ray"`` sends them
+    to the Ray cluster at `address`. `progress(stage, done, total)` is called as cells finish.
+    """
+    if executor not in EXECUTORS:
+        raise MatrixError(f"unknown executor {executor!r}: use {', '.join(EXECUTORS)}")
+    matrix_bytes = matrix.path.read_bytes()
+    ctx = WorkerContext.load(matrix_bytes, str(matrix.path))
+    cells = matrix.cells(sorted(ctx.tasks))
+    out.mkdir(parents=True, exist_ok=True)
+    p = plan(out, cells, ctx, key)
+    summary = RunSummary(
+        out, len(cells), kept=[c.id for c in p.done], discarded=p.discarded, foreign=p.foreign
+    )
+    for name in sorted(ctx.tasks):
+        summary.controls[name] = _ensure_controls(out, ctx.tasks[name], key)
+    if p.todo:
+        if executor == "ray":
+            run: Executor = _ray
+        elif jobs > 1 and len(p.todo) > 1:
+            run = _local
+        else:
+            run = _serial
+        total = len(cells)
+        finished = len(p.done)
+        if progress:
+            progress("cells", finished, total)
+        for packed in run(ctx, matrix_bytes, p.todo, jobs, address):
+            write_cell(out / CELLS, packed, key)
+            summary.written.append(packed.predicate["cell_id"])
+            if packed.predicate["status"] != "valid":
+                summary.invalid.append(
+                    f"{packed.predicate['cell_id']}: {packed.predicate['error']}"
+                )
+            finished += 1
+            if progress:
+                progress("cells", finished, total)
+    return summary
+
+
+def _ensure_controls(out: Path, task: Task, key: Ed25519PrivateKey) -> str:
+    """Run the controls of `task` unless a verified, current result is already there."""
+    path = out / CONTROLS_FOLDER / controls_file(task.name)
+    if path.exists():
+        try:
+            rec = read_controls(path, key.public_key())
+            if rec.task_digest == task_digest(task):
+                return "kept"
+        except Rejected:
+            pass
+        path.unlink()
+        signature_path(path).unlink(missing_ok=True)
+    write_controls(out, run_task_controls(task), key)
+    return "ran"
