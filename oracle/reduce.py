@@ -44,7 +44,8 @@ SET_RULES: dict[str, str] = {
     "missing-cell": "a cell the matrix expects has no archive",
     "duplicate-cell": "two archives hold the same cell",
     "unexpected-cell": "an archive holds a cell the matrix does not have",
-    "settings-mismatch": "an archive's harness, model or profile settings are not the matrix's",
+    "settings-mismatch": "an archive's harness agent or harness, model or profile settings are "
+    "not the matrix's",
     "controls-missing": "a task of the matrix has no controls result",
     "duplicate-controls": "a task has two controls results",
     "task-digest-mismatch": "cells or controls of one task were made from different task code",
@@ -172,9 +173,11 @@ def verify_run(
     archives, controls_files, bad = _scan(root)
     pub_raw = public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
     opened: list[OpenedCell] = []
+    rejected: set[str] = set()
     for path, res in zip(archives, _open_many(archives, pub_raw, limits, jobs), strict=True):
         if isinstance(res, Rejected):
             bad.append(Rejection(_rel(path, root), res.rule, res.detail))
+            rejected.add(path.name)
         else:
             res.path = path
             opened.append(res)
@@ -191,7 +194,7 @@ def verify_run(
             continue
         controls[rec.task] = rec
         digests[rec.task] = sha256_hex(path.read_bytes())
-    bad += _check_set(root, opened, expected)
+    bad += _check_set(root, opened, expected, rejected)
     bad += _check_controls(root, opened, controls, expected)
     if require_parity:
         bad += _check_parity(root, opened, expected)
@@ -200,7 +203,11 @@ def verify_run(
     return Verified(root, sorted(opened, key=lambda c: c.record.cell.id), controls, digests)
 
 
-def _check_set(root: Path, opened: list[OpenedCell], expected: Expected) -> list[Rejection]:
+def _check_set(
+    root: Path, opened: list[OpenedCell], expected: Expected, rejected: set[str]
+) -> list[Rejection]:
+    """Duplicates, unexpected and missing cells (a cell whose archive was already rejected
+    is not reported missing again)."""
     bad: list[Rejection] = []
     by_id: dict[str, list[OpenedCell]] = defaultdict(list)
     for c in opened:
@@ -218,9 +225,7 @@ def _check_set(root: Path, opened: list[OpenedCell], expected: Expected) -> list
             continue
         meta = expected.meta[cid]
         for g in group:
-            if g.meta.model_copy(update={"matrix_digest": ""}) != meta.model_copy(
-                update={"matrix_digest": ""}
-            ):
+            if _identity(g.meta) != _identity(meta):
                 bad.append(
                     Rejection(
                         _rel(g.path, root),
@@ -229,11 +234,23 @@ def _check_set(root: Path, opened: list[OpenedCell], expected: Expected) -> list
                     )
                 )
     for cell in expected.cells:
-        if cell.id not in by_id:
+        if cell.id not in by_id and f"{cell.folder}{SUFFIX}" not in rejected:
             bad.append(
                 Rejection(".", "missing-cell", f"{cell.id} (expected {cell.folder}{SUFFIX})")
             )
     return bad
+
+
+def _identity(m: CellMeta) -> CellMeta:
+    """What must match the matrix exactly. The model's provider and version are left to
+    parity: they describe what served the model, and mixing them is refused only under
+    ``--require-parity`` (the report lists every version it saw)."""
+    return m.model_copy(
+        update={
+            "matrix_digest": "",
+            "model": m.model.model_copy(update={"provider": "", "version": ""}),
+        }
+    )
 
 
 def _settings(m: CellMeta) -> str:
@@ -258,14 +275,15 @@ def _check_controls(
         by_task[c.record.cell.task][c.record.task_digest] += 1
     for t, counts in sorted(by_task.items()):
         if len(counts) > 1:
-            common = counts.most_common(1)[0][0]
+            # The controls' digest is the reference when there is one; else the majority.
+            common = controls[t].task_digest if t in controls else counts.most_common(1)[0][0]
             for c in opened:
                 if c.record.cell.task == t and c.record.task_digest != common:
                     bad.append(
                         Rejection(
                             _rel(c.path, root),
                             "task-digest-mismatch",
-                            f"task {t!r} {c.record.task_digest[:19]}…, most cells {common[:19]}…",
+                            f"task {t!r} {c.record.task_digest[:19]}…, expected {common[:19]}…",
                         )
                     )
         if t in controls:

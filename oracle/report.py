@@ -176,7 +176,9 @@ class Report(BaseModel):
     attempts: int
     invalid: int
     invalid_cells: dict[str, str] = Field(description="cell id -> its execution error")
-    versions: dict[str, list[str]] = Field(description="runtime versions seen, by key")
+    versions: dict[str, list[str]] = Field(
+        description="runtime versions seen, by key; 'model <name>' lists provider/version"
+    )
     groups: list[GroupFigures]
     comparisons: list[Comparison]
     controls: list[ControlsStatus]
@@ -388,6 +390,9 @@ def build_report(
     for c in cells:
         for k, v in c.record.versions.items():
             versions[k].add(v)
+        versions[f"model {c.meta.model.name}"].add(
+            f"{c.meta.model.provider}/{c.meta.model.version}"
+        )
     statuses = []
     for t, rec in sorted(controls.items()):
         up, uwhy = rec.status(Metric.UTILITY.value)
