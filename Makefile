@@ -12,7 +12,7 @@ FIND_PYTHON := for p in $(PYTHON_CANDIDATES); do \
 	  if command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(sys.version_info < (3, 12))' >/dev/null 2>&1; then \
 	    echo $$p; break; fi; done
 
-.PHONY: help venv trial test bench lint schema clean
+.PHONY: help venv trial test bench lint schema clean system-deps
 
 help:
 	@echo "make trial   run the demo suite with both demo agents and every control"
@@ -20,6 +20,7 @@ help:
 	@echo "make bench   run the benchmarks, write benchmarks/results.json"
 	@echo "make lint    ruff and mypy"
 	@echo "make schema  re-export the JSON schemas into schemas/"
+	@echo "make system-deps  install the Debian packages the tests need (chromium)"
 
 $(STAMP): pyproject.toml
 	@py="$$($(FIND_PYTHON))"; \
@@ -30,7 +31,7 @@ $(STAMP): pyproject.toml
 	echo "creating $(VENV) with $$py ($$($$py --version))"; \
 	$$py -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	RAY_USAGE_STATS_ENABLED=0 $(BIN)/pip install --quiet -e '.[dev,ray]'
 	@touch $(STAMP)
 
 venv: $(STAMP)
@@ -39,8 +40,18 @@ trial: $(STAMP)
 	rm -rf runs/demo
 	$(BIN)/oracle demo tasks/demo --out runs/demo
 
-test: $(STAMP)
-	$(BIN)/pytest
+# Debian packages the tests use: chromium renders the HTML report in a headless test.
+# Idempotent: apt runs only when a command is missing.
+SYSTEM_COMMANDS := chromium
+system-deps:
+	@missing=""; for c in $(SYSTEM_COMMANDS); do command -v $$c >/dev/null 2>&1 || missing="$$missing $$c"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq$$missing; \
+	fi
+
+test: $(STAMP) system-deps
+	RAY_USAGE_STATS_ENABLED=0 $(BIN)/pytest
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py

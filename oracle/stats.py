@@ -38,7 +38,15 @@ def mcnemar_exact(b: int, c: int) -> float:
     if n == 0:
         return 1.0
     k = min(b, c)
-    tail: float = sum(math.comb(n, i) for i in range(k + 1)) / 2**n
+    if n <= 1000:  # exact integers while they stay small
+        tail: float = sum(math.comb(n, i) for i in range(k + 1)) / 2**n
+    else:  # log space: the terms underflow to 0.0 long before they matter
+        log_half = n * math.log(0.5)
+        lg = math.lgamma(n + 1)
+        tail = math.fsum(
+            math.exp(lg - math.lgamma(i + 1) - math.lgamma(n - i + 1) + log_half)
+            for i in range(k + 1)
+        )
     return min(1.0, 2 * tail)
 
 
