@@ -28,6 +28,8 @@ from importlib.metadata import version
 from typing import Any
 
 import bench_files
+import bench_matrix
+import bench_reduce
 import bench_sqlite
 from common import HERE, Result
 
@@ -43,6 +45,8 @@ class Benchmark:
 BENCHMARKS: list[Benchmark] = [
     Benchmark(bench_sqlite.NAME, bench_sqlite.run),
     Benchmark(bench_files.NAME, bench_files.run),
+    Benchmark(bench_reduce.NAME, bench_reduce.run),
+    Benchmark(bench_matrix.NAME, bench_matrix.run),
 ]
 
 

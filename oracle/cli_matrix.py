@@ -152,7 +152,6 @@ def reduce_command(
         bool,
         typer.Option("--require-parity", help="reject mixed runtime/provider/model/task versions"),
     ] = False,
-    jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help="verify in N processes")] = 1,
     max_members: Annotated[int, typer.Option(help="members per archive")] = Limits.max_members,
     max_member_bytes: Annotated[
         int, typer.Option(help="bytes per member")
@@ -178,9 +177,7 @@ def reduce_command(
         raise _fail(str(exc)) from None
     c = console()
     try:
-        verified = verify_run(
-            run, exp, public, require_parity=require_parity, limits=limits, jobs=jobs
-        )
+        verified = verify_run(run, exp, public, require_parity=require_parity, limits=limits)
     except ReduceFailed as exc:
         for r in exc.rejections:
             c.print(f"[red]rejected[/red] {r}", highlight=False)

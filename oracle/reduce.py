@@ -10,7 +10,6 @@ Set rules:
 
 from __future__ import annotations
 
-import concurrent.futures as cf
 import os
 import stat
 from collections import Counter, defaultdict
@@ -18,7 +17,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from oracle.cell_archive import (
@@ -136,22 +134,7 @@ def _rel(p: Path, root: Path) -> str:
         return str(p)
 
 
-def _open_many(
-    paths: list[Path], pub_raw: bytes, limits: Limits, jobs: int
-) -> list[OpenedCell | Rejected]:
-    if jobs <= 1 or len(paths) < 200:
-        return [_open_one(p, pub_raw, limits) for p in paths]
-    chunk = max(1, len(paths) // (jobs * 8))
-    with cf.ProcessPoolExecutor(max_workers=jobs) as pool:
-        return list(
-            pool.map(
-                _open_one, paths, [pub_raw] * len(paths), [limits] * len(paths), chunksize=chunk
-            )
-        )
-
-
-def _open_one(path: Path, pub_raw: bytes, limits: Limits) -> OpenedCell | Rejected:
-    public = Ed25519PublicKey.from_public_bytes(pub_raw)
+def _open_one(path: Path, public: Ed25519PublicKey, limits: Limits) -> OpenedCell | Rejected:
     try:
         return open_cell(path, public, limits)
     except Rejected as exc:
@@ -165,16 +148,15 @@ def verify_run(
     *,
     require_parity: bool = False,
     limits: Limits = DEFAULT_LIMITS,
-    jobs: int = 1,
 ) -> Verified:
     """Every archive and controls file under `root` verified, and the set exactly `expected`."""
     if not root.is_dir():
         raise ReduceFailed([Rejection(str(root), "unreadable", "not a folder")])
     archives, controls_files, bad = _scan(root)
-    pub_raw = public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
     opened: list[OpenedCell] = []
     rejected: set[str] = set()
-    for path, res in zip(archives, _open_many(archives, pub_raw, limits, jobs), strict=True):
+    for path in archives:
+        res = _open_one(path, public, limits)
         if isinstance(res, Rejected):
             bad.append(Rejection(_rel(path, root), res.rule, res.detail))
             rejected.add(path.name)

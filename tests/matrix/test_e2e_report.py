@@ -31,7 +31,9 @@ CHROMIUM_FLAGS = [
 ]
 # Appended to a copy of the page only: it measures what was laid out and writes it into the DOM.
 PROBE = """<script>
-const box = e => { const r = e.getBoundingClientRect(); return [Math.round(r.width), Math.round(r.height)]; };
+const box = e => {
+  const r = e.getBoundingClientRect(); return [Math.round(r.width), Math.round(r.height)];
+};
 document.body.setAttribute("data-layout", JSON.stringify({
   plots: [...document.querySelectorAll("svg.plot")].map(s => ({
     metric: s.dataset.metric || "counts", size: box(s),
@@ -71,19 +73,41 @@ def test_matrix_run_reduce_and_the_page_renders_in_chromium(tmp_path: Path):
     assert out.returncode == 0, out.stderr
     assert (tmp_path / "keys" / "oracle.key").stat().st_mode & 0o777 == 0o600
     matrix = str(REPO / "matrices" / "demo.toml")
-    out = oracle("matrix", "run", matrix, "--out", "run", "--key", "keys/oracle.key",
-                 "--jobs", "2", cwd=tmp_path)
+    out = oracle(
+        "matrix",
+        "run",
+        matrix,
+        "--out",
+        "run",
+        "--key",
+        "keys/oracle.key",
+        "--jobs",
+        "2",
+        cwd=tmp_path,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "24 cells: 24 run now, 0 kept from before, 0 invalid" in out.stdout
     before = tree(tmp_path)
-    out = oracle("reduce", "run", "--expect", matrix, "--key", "keys/oracle.pub",
-                 "--out", "report", "--require-parity", cwd=tmp_path)
+    out = oracle(
+        "reduce",
+        "run",
+        "--expect",
+        matrix,
+        "--key",
+        "keys/oracle.pub",
+        "--out",
+        "report",
+        "--require-parity",
+        cwd=tmp_path,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "verified 24 archives" in out.stdout
     after = tree(tmp_path)
     changed = {p for p in after if before.get(p) != after[p]} | (set(before) - set(after))
-    assert changed == {"report", *(f"report/{n}" for n in (
-        "report.json", "report.md", "report.html", "report.dsse.json"))}
+    assert changed == {
+        "report",
+        *(f"report/{n}" for n in ("report.json", "report.md", "report.html", "report.dsse.json")),
+    }
     out = oracle("report", "verify", "report", "--key", "keys/oracle.pub", cwd=tmp_path)
     assert out.returncode == 0 and "verified" in out.stdout
 
@@ -103,9 +127,18 @@ def test_matrix_run_reduce_and_the_page_renders_in_chromium(tmp_path: Path):
     probe.write_text(html.replace("</body>", PROBE + "</body>"))
     browser = chromium()
     dom = subprocess.run(
-        [browser, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'chromium-dom'}",
-         "--virtual-time-budget=3000", "--dump-dom", probe.as_uri()],
-        capture_output=True, text=True, timeout=120, check=False,
+        [
+            browser,
+            *CHROMIUM_FLAGS,
+            f"--user-data-dir={tmp_path / 'chromium-dom'}",
+            "--virtual-time-budget=3000",
+            "--dump-dom",
+            probe.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert dom.returncode == 0, dom.stderr[-2000:]
     start = dom.stdout.index('data-layout="') + len('data-layout="')
@@ -125,9 +158,17 @@ def test_matrix_run_reduce_and_the_page_renders_in_chromium(tmp_path: Path):
 
     shot = tmp_path / "report.png"
     subprocess.run(
-        [browser, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'chromium-shot'}",
-         f"--screenshot={shot}", (tmp_path / "report" / "report.html").as_uri()],
-        capture_output=True, text=True, timeout=120, check=True,
+        [
+            browser,
+            *CHROMIUM_FLAGS,
+            f"--user-data-dir={tmp_path / 'chromium-shot'}",
+            f"--screenshot={shot}",
+            (tmp_path / "report" / "report.html").as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
     )
     data = shot.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 50_000
@@ -135,14 +176,15 @@ def test_matrix_run_reduce_and_the_page_renders_in_chromium(tmp_path: Path):
 
 def test_a_rejected_run_makes_no_report_and_writes_nowhere(tmp_path: Path):
     oracle("keys", "new", "--out", "keys", cwd=tmp_path)
-    from oracle.matrix import load_matrix  # noqa: PLC0415
-    from oracle.signing import load_private_key  # noqa: PLC0415
-    from oracle.cell_archive import open_cell  # noqa: PLC0415
-    from tests.matrix_helpers import write_matrix  # noqa: PLC0415
+    from oracle.cell_archive import open_cell
+    from oracle.matrix import load_matrix
+    from oracle.signing import load_private_key
+    from tests.matrix_helpers import write_matrix
 
     matrix = write_matrix(tmp_path / "m", tasks=str(REPO / "tasks/demo/task_log_level.py"))
-    out = oracle("matrix", "run", str(matrix), "--out", "run", "--key", "keys/oracle.key",
-                 cwd=tmp_path)
+    out = oracle(
+        "matrix", "run", str(matrix), "--out", "run", "--key", "keys/oracle.key", cwd=tmp_path
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     key = load_private_key(tmp_path / "keys" / "oracle.key")
     victim = sorted((tmp_path / "run" / "cells").glob("*.tar.gz"))[0]
@@ -153,10 +195,21 @@ def test_a_rejected_run_makes_no_report_and_writes_nowhere(tmp_path: Path):
     sign_bytes(victim.parent, victim.name, data, key, opened.record)
     assert load_matrix(matrix).name == "test"
     before = tree(tmp_path)
-    out = oracle("reduce", "run", "--expect", str(matrix), "--key", "keys/oracle.pub",
-                 "--out", "report", cwd=tmp_path)
+    out = oracle(
+        "reduce",
+        "run",
+        "--expect",
+        str(matrix),
+        "--key",
+        "keys/oracle.pub",
+        "--out",
+        "report",
+        cwd=tmp_path,
+    )
     assert out.returncode == 1
-    assert f"rejected cells/{victim.name}: unsafe-path: member path '../../escaped.txt'" in out.stdout
+    assert (
+        f"rejected cells/{victim.name}: unsafe-path: member path '../../escaped.txt'" in out.stdout
+    )
     assert "no report was made" in out.stdout
     assert tree(tmp_path) == before  # not even the report folder
     assert not Path("/tmp/absolute.txt").exists() or Path("/tmp/absolute.txt").read_bytes() != b"y"

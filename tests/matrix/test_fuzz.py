@@ -34,8 +34,17 @@ names = st.one_of(
     st.text(min_size=1, max_size=12),
 )
 types = st.sampled_from(
-    [tarfile.REGTYPE, tarfile.REGTYPE, tarfile.REGTYPE, tarfile.DIRTYPE, tarfile.SYMTYPE,
-     tarfile.LNKTYPE, tarfile.CHRTYPE, tarfile.FIFOTYPE, tarfile.BLKTYPE]
+    [
+        tarfile.REGTYPE,
+        tarfile.REGTYPE,
+        tarfile.REGTYPE,
+        tarfile.DIRTYPE,
+        tarfile.SYMTYPE,
+        tarfile.LNKTYPE,
+        tarfile.CHRTYPE,
+        tarfile.FIFOTYPE,
+        tarfile.BLKTYPE,
+    ]
 )
 member = st.builds(
     Member, name=names, data=st.binary(max_size=64), type=types, linkname=st.sampled_from(["", "x"])
@@ -79,14 +88,18 @@ def test_any_member_list_is_accepted_only_when_sound(ms: list[Member], add_manif
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.dictionaries(st.sampled_from(["a", "b/c", "record.json"]), st.binary(max_size=32),
-                       max_size=3),
-       st.lists(st.text(max_size=90), max_size=5), st.booleans())
+@given(
+    st.dictionaries(
+        st.sampled_from(["a", "b/c", "record.json"]), st.binary(max_size=32), max_size=3
+    ),
+    st.lists(st.text(max_size=90), max_size=5),
+    st.booleans(),
+)
 def test_any_manifest_text_is_accepted_only_when_exact(
     files: dict[str, bytes], lines: list[str], append: bool
 ):
     exact = manifest_bytes(files).decode()
-    text = exact + "".join(l + "\n" for l in lines) if append else "\n".join(lines)
+    text = exact + "".join(line + "\n" for line in lines) if append else "\n".join(lines)
     try:
         check_manifest({**files, MANIFEST: text.encode()})
     except Rejected as exc:
@@ -111,9 +124,10 @@ GOOD = pack({"record.json": b'{"a": 1}', "logs/out.txt": b"hello " * 40})
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, len(GOOD) - 1), st.integers(0, 255)), min_size=1,
-                max_size=4),
-       st.integers(0, len(GOOD)))
+@given(
+    st.lists(st.tuples(st.integers(0, len(GOOD) - 1), st.integers(0, 255)), min_size=1, max_size=4),
+    st.integers(0, len(GOOD)),
+)
 def test_mutated_archives_are_rejected_or_still_sound(flips: list[tuple[int, int]], cut: int):
     data = bytearray(GOOD)
     for i, v in flips:

@@ -38,7 +38,9 @@ def test_cell_ids_hold_all_five_parts(tmp_path: Path):
 def test_model_tables_carry_provider_version_and_settings(tmp_path: Path):
     path = write_matrix(
         tmp_path,
-        extra='[models.small]\nprovider = "acme"\nversion = "2026-01"\nsettings = {temperature = 0}\n',
+        extra=(
+            '[models.small]\nprovider = "acme"\nversion = "2026-01"\nsettings = {temperature = 0}\n'
+        ),
     )
     m = load_matrix(path)
     (cell,) = [c for c in m.cells(["t"]) if c.harness == "careful"]
@@ -82,7 +84,7 @@ def test_missing_keys_and_bad_names_are_named(tmp_path: Path):
 
 def test_tasks_that_match_nothing_are_named(tmp_path: Path):
     path = write_matrix(tmp_path, tasks="nowhere/task_*.py")
-    with pytest.raises(MatrixError, match="tasks: .*matches nothing"):
+    with pytest.raises(MatrixError, match=r"tasks: .*matches nothing"):
         load_matrix(path).task_paths()
 
 

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
+import itertools
 import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -22,7 +21,7 @@ from tests.conftest import REPO
 from tests.matrix.conftest import DemoRun
 from tests.matrix_helpers import write_matrix
 
-PROBE_TASK = '''
+PROBE_TASK = """
 from oracle import Task, folder, sqlite
 
 def one_mark_one_file(ev):
@@ -35,9 +34,9 @@ task = Task(
            folder("root", template={"README.md": "probe\\n"})],
     utility=one_mark_one_file,
 )
-'''
+"""
 
-PROBE_AGENT = '''
+PROBE_AGENT = """
 import os, sqlite3, time
 
 def probe(view):
@@ -55,7 +54,7 @@ def probe(view):
     with open(os.path.join(root, "probe.txt"), "w") as f:
         f.write(f"marker={marker} seen={seen} rows={rows} root={root} db={db} "
                 f"model={env['ORACLE_MODEL']} started={started} ended={time.time()}\\n")
-'''
+"""
 
 
 def probe_matrix(tmp_path: Path, *, repetitions: int, nap: float) -> Path:
@@ -66,7 +65,9 @@ def probe_matrix(tmp_path: Path, *, repetitions: int, nap: float) -> Path:
         tmp_path,
         repetitions=repetitions,
         tasks="tasks/task_*.py",
-        harnesses=f'probe = {{agent = "{tmp_path / "probe_agent.py"}:probe", settings = {{nap = {nap}}}}}',
+        harnesses=(
+            f'probe = {{agent = "{tmp_path / "probe_agent.py"}:probe", settings = {{nap = {nap}}}}}'
+        ),
         extra='models = ["m1", "m2"]',
     )
 
@@ -107,7 +108,7 @@ def test_cells_run_side_by_side_in_sandboxes_of_their_own(tmp_path: Path):
     assert len({f["root"] for f in probes}) == 6  # no folder shared
     assert len({f["db"] for f in probes}) == 6  # no database shared
     spans = sorted((float(f["started"]), float(f["ended"])) for f in probes)
-    overlapping = any(b[0] < a[1] for a, b in zip(spans, spans[1:], strict=False))
+    overlapping = any(b[0] < a[1] for a, b in itertools.pairwise(spans))
     assert overlapping, f"no two cells ran at the same time: {spans}"
     pids = {f["marker"].split("-")[0] for f in probes}
     assert len(pids) == 2  # two worker processes
@@ -159,8 +160,16 @@ def test_an_interrupted_run_resumes(tmp_path: Path):
     key = new_key()
     write_key_pair(key, tmp_path / "k.key", tmp_path / "k.pub")
     oracle = str(Path(sys.executable).parent / "oracle")
-    args = [oracle, "matrix", "run", str(matrix), "--out", str(tmp_path / "run"),
-            "--key", str(tmp_path / "k.key")]
+    args = [
+        oracle,
+        "matrix",
+        "run",
+        str(matrix),
+        "--out",
+        str(tmp_path / "run"),
+        "--key",
+        str(tmp_path / "k.key"),
+    ]
     proc = subprocess.Popen(args, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     cells = tmp_path / "run" / "cells"
     deadline = time.time() + 120
@@ -170,8 +179,15 @@ def test_an_interrupted_run_resumes(tmp_path: Path):
     proc.wait(timeout=30)
     done_before = len(list(cells.glob("*.dsse.json")))
     assert 3 <= done_before < 10
-    out = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "COLUMNS": "200"}, check=False)
+    out = subprocess.run(
+        args,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "COLUMNS": "200"},
+        check=False,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     assert f"{10 - done_before} run now, {done_before} kept from before" in out.stdout
     m = load_matrix(matrix)

@@ -47,9 +47,22 @@ def ray_cluster() -> Iterator[str]:
     temp = tempfile.mkdtemp(prefix="ray", dir="/tmp")
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
     proc = subprocess.Popen(
-        [RAY, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}", "--num-cpus=2",
-         "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={temp}", "--block"],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        [
+            RAY,
+            "start",
+            "--head",
+            "--node-ip-address=127.0.0.1",
+            f"--port={port}",
+            "--num-cpus=2",
+            "--include-dashboard=false",
+            "--disable-usage-stats",
+            f"--temp-dir={temp}",
+            "--block",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )
     try:
         deadline = time.time() + 60
@@ -82,10 +95,24 @@ def test_cells_run_on_a_ray_cluster_and_reduce(ray_cluster: str, tmp_path: Path)
     key = new_key()
     write_key_pair(key, tmp_path / "k.key", tmp_path / "k.pub")
     proc = subprocess.Popen(
-        [str(Path(sys.executable).parent / "oracle"), "matrix", "run", str(matrix), "--out",
-         str(tmp_path / "run"), "--key", str(tmp_path / "k.key"), "--executor", "ray",
-         "--address", ray_cluster],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [
+            str(Path(sys.executable).parent / "oracle"),
+            "matrix",
+            "run",
+            str(matrix),
+            "--out",
+            str(tmp_path / "run"),
+            "--key",
+            str(tmp_path / "k.key"),
+            "--executor",
+            "ray",
+            "--address",
+            ray_cluster,
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
         env={**os.environ, "COLUMNS": "200", "RAY_USAGE_STATS_ENABLED": "0"},
     )
     output, _ = proc.communicate(timeout=300)

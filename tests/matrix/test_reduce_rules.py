@@ -17,17 +17,19 @@ import pytest
 
 from oracle.cell_archive import (
     MANIFEST,
-    RULES as ARCHIVE_RULES,
     Limits,
     Rejected,
     manifest_bytes,
     open_cell,
     pack,
 )
+from oracle.cell_archive import (
+    RULES as ARCHIVE_RULES,
+)
 from oracle.controls_record import FOLDER as CONTROLS
 from oracle.matrix import load_matrix
-from oracle.reduce import RULES, ReduceFailed, expected_from, verify_run
 from oracle.record import TrialRecord
+from oracle.reduce import RULES, ReduceFailed, expected_from, verify_run
 from oracle.signing import new_key, signature_path
 from tests.matrix.conftest import DemoRun
 from tests.matrix_helpers import Member, files_of, gz, raw_tar, sign_bytes, write_matrix
@@ -82,7 +84,7 @@ def crafted(demo: DemoRun, tmp_path: Path, mutate: Callable[[dict[str, bytes]], 
     return run, where
 
 
-# -- the sound run passes ---------------------------------------------------------------------------
+# -- the sound run passes -------------------------------------------------------------------------
 
 
 def test_the_demo_run_verifies(demo_run: DemoRun):
@@ -91,7 +93,7 @@ def test_the_demo_run_verifies(demo_run: DemoRun):
     assert sorted(v.controls) == ["log-level", "orders-cleanup", "release-notes", "user-rename"]
 
 
-# -- signature and digest -----------------------------------------------------------------------------
+# -- signature and digest -------------------------------------------------------------------------
 
 
 @rule("unreadable")
@@ -127,8 +129,9 @@ def test_signature_invalid(demo_run: DemoRun, tmp_path: Path, how: str):
     elif how == "not-json":
         sig.write_bytes(b"{not json")
     else:
-        sig.write_text('{"payloadType": "application/vnd.in-toto+json", "payload": "e30=", '
-                       '"signatures": []}')
+        sig.write_text(
+            '{"payloadType": "application/vnd.in-toto+json", "payload": "e30=", "signatures": []}'
+        )
     assert (str(path.relative_to(run)), "signature-invalid") in rejections(demo_run, run)
 
 
@@ -142,7 +145,7 @@ def test_archive_digest_mismatch(demo_run: DemoRun, tmp_path: Path):
     assert (str(path.relative_to(run)), "archive-digest-mismatch") in rejections(demo_run, run)
 
 
-# -- archive shape and bombs --------------------------------------------------------------------------
+# -- archive shape and bombs ----------------------------------------------------------------------
 
 
 @rule("archive-malformed")
@@ -198,7 +201,7 @@ def test_member_too_large(demo_run: DemoRun, tmp_path: Path):
     assert found == [(where, "member-too-large")]
 
 
-# -- members -------------------------------------------------------------------------------------------
+# -- members --------------------------------------------------------------------------------------
 
 
 @rule("unsafe-path")
@@ -233,7 +236,9 @@ def test_hardlink_member(demo_run: DemoRun, tmp_path: Path):
 @rule("device-file")
 @pytest.mark.parametrize("kind", [tarfile.CHRTYPE, tarfile.BLKTYPE, tarfile.FIFOTYPE])
 def test_device_members(demo_run: DemoRun, tmp_path: Path, kind: bytes):
-    run, where = crafted(demo_run, tmp_path, lambda f: [*files_of(f), Member("logs/dev", type=kind)])
+    run, where = crafted(
+        demo_run, tmp_path, lambda f: [*files_of(f), Member("logs/dev", type=kind)]
+    )
     assert (where, "device-file") in rejections(demo_run, run)
 
 
@@ -253,7 +258,7 @@ def test_duplicate_member(demo_run: DemoRun, tmp_path: Path):
     assert (where, "duplicate-member") in rejections(demo_run, run)
 
 
-# -- manifest ------------------------------------------------------------------------------------------
+# -- manifest -------------------------------------------------------------------------------------
 
 
 def _with_manifest(files: dict[str, bytes], manifest: bytes) -> list[Member]:
@@ -316,7 +321,9 @@ def test_manifest_absent_file(demo_run: DemoRun, tmp_path: Path):
 @rule("digest-mismatch")
 def test_member_digest_mismatch(demo_run: DemoRun, tmp_path: Path):
     def mutate(f: dict[str, bytes]) -> list[Member]:
-        forged = f["record.json"].replace(b'"security_breached": true', b'"security_breached": false')
+        forged = f["record.json"].replace(
+            b'"security_breached": true', b'"security_breached": false'
+        )
         forged = forged.replace(b'"security_breached": false', b'"security_breached": null', 0)
         return _with_manifest({**f, "record.json": forged + b" "}, manifest_bytes(f))
 
@@ -324,7 +331,7 @@ def test_member_digest_mismatch(demo_run: DemoRun, tmp_path: Path):
     assert (where, "digest-mismatch") in rejections(demo_run, run)
 
 
-# -- record and identity -------------------------------------------------------------------------------
+# -- record and identity --------------------------------------------------------------------------
 
 
 @rule("record-invalid")
@@ -349,20 +356,29 @@ def test_cell_mismatch(demo_run: DemoRun, tmp_path: Path, how: str):
     if how == "signed-cell":
         data = path.read_bytes()
         manifest = manifest_bytes({**files})
-        sign_bytes(path.parent, path.name, data, demo_run.key, record, manifest=manifest,
-                   cell=other.model_dump(mode="json"))
+        sign_bytes(
+            path.parent,
+            path.name,
+            data,
+            demo_run.key,
+            record,
+            manifest=manifest,
+            cell=other.model_dump(mode="json"),
+        )
         where = path
     elif how == "file-name":
         where = path.with_name("renamed.tar.gz")
         data = path.read_bytes()
-        sign_bytes(path.parent, where.name, data, demo_run.key, record,
-                   manifest=manifest_bytes(files))
+        sign_bytes(
+            path.parent, where.name, data, demo_run.key, record, manifest=manifest_bytes(files)
+        )
     else:
         meta = files["cell.json"].replace(b'"repetition": 0', b'"repetition": 7')
         assert meta != files["cell.json"]
         new = {**files, "cell.json": meta}
-        sign_bytes(path.parent, path.name, pack(new), demo_run.key, record,
-                   manifest=manifest_bytes(new))
+        sign_bytes(
+            path.parent, path.name, pack(new), demo_run.key, record, manifest=manifest_bytes(new)
+        )
         where = path
     assert (str(where.relative_to(run)), "cell-mismatch") in rejections(demo_run, run)
 
@@ -372,16 +388,25 @@ def test_status_mismatch(demo_run: DemoRun, tmp_path: Path):
     run = demo_run.copy(tmp_path / "run")
     path = first_archive(run)
     files, record = real_files(demo_run, path)
-    sign_bytes(path.parent, path.name, path.read_bytes(), demo_run.key, record,
-               manifest=manifest_bytes(files), status="invalid")
+    sign_bytes(
+        path.parent,
+        path.name,
+        path.read_bytes(),
+        demo_run.key,
+        record,
+        manifest=manifest_bytes(files),
+        status="invalid",
+    )
     assert (str(path.relative_to(run)), "status-mismatch") in rejections(demo_run, run)
 
 
-# -- the run folder and the cell set -------------------------------------------------------------------
+# -- the run folder and the cell set --------------------------------------------------------------
 
 
 @rule("stray-file")
-@pytest.mark.parametrize("name", ["cells/notes.txt", "cells/.x.tar.gz.abc.tmp", "orphan.tar.gz.dsse.json"])
+@pytest.mark.parametrize(
+    "name", ["cells/notes.txt", "cells/.x.tar.gz.abc.tmp", "orphan.tar.gz.dsse.json"]
+)
 def test_stray_files(demo_run: DemoRun, tmp_path: Path, name: str):
     run = demo_run.copy(tmp_path / "run")
     (run / name).write_text("{}")
@@ -480,8 +505,9 @@ def test_task_digest_mismatch(demo_run: DemoRun, tmp_path: Path):
     files, record = real_files(demo_run, path)
     forged = record.model_copy(update={"task_digest": "sha256:" + "0" * 64})
     new = {**files, "record.json": forged.model_dump_json(indent=2).encode() + b"\n"}
-    sign_bytes(path.parent, path.name, pack(new), demo_run.key, forged,
-               manifest=manifest_bytes(new))
+    sign_bytes(
+        path.parent, path.name, pack(new), demo_run.key, forged, manifest=manifest_bytes(new)
+    )
     found = rejections(demo_run, run)
     assert (str(path.relative_to(run)), "task-digest-mismatch") in found
     assert (CONTROLS, "task-digest-mismatch") not in found  # the other cells of it agree
@@ -505,8 +531,14 @@ def test_parity(demo_run: DemoRun, tmp_path: Path, what: str):
         digests = {**expected.task_digests, record.cell.task: "sha256:" + "1" * 64}
         expected = type(expected)(expected.cells, expected.meta, digests)
     else:
-        sign_bytes(path.parent, path.name, pack(files), demo_run.key, record,
-                   manifest=manifest_bytes(files))
+        sign_bytes(
+            path.parent,
+            path.name,
+            pack(files),
+            demo_run.key,
+            record,
+            manifest=manifest_bytes(files),
+        )
     # Without --require-parity the run reduces; with it, the odd archive is named.
     verify_run(run, expected, demo_run.key.public_key())
     with pytest.raises(ReduceFailed) as info:
@@ -524,7 +556,14 @@ def test_parity(demo_run: DemoRun, tmp_path: Path, what: str):
 
 def test_every_rule_has_a_test():
     assert set(RULES) == set(ARCHIVE_RULES) | {
-        "stray-file", "missing-cell", "duplicate-cell", "unexpected-cell", "settings-mismatch",
-        "controls-missing", "duplicate-controls", "task-digest-mismatch", "parity",
+        "stray-file",
+        "missing-cell",
+        "duplicate-cell",
+        "unexpected-cell",
+        "settings-mismatch",
+        "controls-missing",
+        "duplicate-controls",
+        "task-digest-mismatch",
+        "parity",
     }
     assert set(RULES) - TESTED == set()

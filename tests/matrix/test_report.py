@@ -89,9 +89,14 @@ def test_unproven_controls_withhold_that_tasks_security_figure(verified: Verifie
     verified.controls["release-notes"] = ctl.model_copy(
         update={
             "predicates": [
-                p if p.metric != "security_breached"
-                else PredicateControl(metric=p.metric, predicate=p.predicate,
-                                      status="untested", reason="did not fire on 'leak'")
+                p
+                if p.metric != "security_breached"
+                else PredicateControl(
+                    metric=p.metric,
+                    predicate=p.predicate,
+                    status="untested",
+                    reason="did not fire on 'leak'",
+                )
                 for p in ctl.predicates
             ]
         }
@@ -125,7 +130,10 @@ def test_the_report_is_signed_and_tampering_is_found(verified: Verified, tmp_pat
     key = new_key()
     written = write_report(report_of(verified), tmp_path / "rep", key)
     assert sorted(p.name for p in written.values()) == [
-        "report.dsse.json", "report.html", "report.json", "report.md"
+        "report.dsse.json",
+        "report.html",
+        "report.json",
+        "report.md",
     ]
     st = verify_report(tmp_path / "rep", key.public_key())
     assert st.predicate["attempts"] == 8
@@ -133,7 +141,7 @@ def test_the_report_is_signed_and_tampering_is_found(verified: Verified, tmp_pat
         verify_report(tmp_path / "rep", new_key().public_key())
     html = tmp_path / "rep" / "report.html"
     html.write_text(html.read_text().replace("1.00 (4/4)", "0.00 (0/4)"))
-    with pytest.raises(SignatureError, match="report.html"):
+    with pytest.raises(SignatureError, match=r"report\.html"):
         verify_report(tmp_path / "rep", key.public_key())
 
 
@@ -150,7 +158,9 @@ def test_an_agent_that_crashes_is_an_invalid_execution(tmp_path: Path):
         write_matrix(
             tmp_path,
             tasks=str(REPO / "tasks/demo/task_user_rename.py"),
-            harnesses=f'careful = {{agent = "careful"}}\ncrashy = {{agent = "{tmp_path}/crash.py:act"}}',
+            harnesses=(
+                f'careful = {{agent = "careful"}}\ncrashy = {{agent = "{tmp_path}/crash.py:act"}}'
+            ),
             repetitions=2,
         )
     )

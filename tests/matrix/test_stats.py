@@ -39,8 +39,10 @@ def test_holm_is_monotone_and_capped():
 
 def test_bootstrap_is_seeded_and_covers_the_difference():
     rng = random.Random(1)
-    pairs = [Pair(f"t{i % 6}", rng.random() < 0.3 + 0.1 * (i % 6), rng.random() < 0.4)
-             for i in range(120)]
+    pairs = [
+        Pair(f"t{i % 6}", rng.random() < 0.3 + 0.1 * (i % 6), rng.random() < 0.4)
+        for i in range(120)
+    ]
     a = paired_bootstrap_ci(pairs)
     assert a == paired_bootstrap_ci(pairs)
     res = compare_paired(pairs)
