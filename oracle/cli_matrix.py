@@ -109,6 +109,12 @@ def matrix_run(
             )
         except MatrixError as exc:
             raise _fail(str(exc)) from None
+        except KeyboardInterrupt:
+            c.print(
+                "[yellow]interrupted[/yellow]: finished cells are kept; run the same command "
+                "again to resume"
+            )
+            raise typer.Exit(130) from None
     for d in s.discarded:
         c.print(f"[yellow]discarded[/yellow] {d}")
     for f in s.foreign:

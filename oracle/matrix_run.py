@@ -160,6 +160,19 @@ def _worker_run(matrix_bytes: bytes, matrix_path: str, cell: dict[str, Any]) -> 
     return _context(matrix_bytes, matrix_path).run_cell(Cell.model_validate(cell))
 
 
+def _worker_run_batch(
+    matrix_bytes: bytes, matrix_path: str, cells: list[dict[str, Any]]
+) -> list[PackedCell]:
+    ctx = _context(matrix_bytes, matrix_path)
+    return [ctx.run_cell(Cell.model_validate(c)) for c in cells]
+
+
+def _batches(cells: list[Cell], jobs: int) -> list[list[Cell]]:
+    """Small batches: few enough round trips to keep the driver idle, enough to balance."""
+    size = max(1, min(16, len(cells) // (jobs * 8)))
+    return [cells[i : i + size] for i in range(0, len(cells), size)]
+
+
 # -- resume ---------------------------------------------------------------------------------------
 
 
@@ -254,10 +267,13 @@ def _local(
     with cf.ProcessPoolExecutor(
         max_workers=jobs, mp_context=mp, initializer=_init_worker, initargs=(matrix_bytes, path)
     ) as pool:
-        futures = [pool.submit(_worker_run, matrix_bytes, path, c.model_dump()) for c in cells]
+        futures = [
+            pool.submit(_worker_run_batch, matrix_bytes, path, [c.model_dump() for c in batch])
+            for batch in _batches(cells, jobs)
+        ]
         try:
             for fut in cf.as_completed(futures):
-                yield fut.result()
+                yield from fut.result()
         except BaseException:
             for f in futures:
                 f.cancel()
@@ -344,8 +360,10 @@ def run_matrix(
         finished = len(p.done)
         if progress:
             progress("cells", finished, total)
-        for packed in run(ctx, matrix_bytes, p.todo, jobs, address):
-            write_cell(out / CELLS, packed, key)
+
+        def written(fut: cf.Future[PackedCell]) -> None:
+            nonlocal finished
+            packed = fut.result()  # a write that failed raises here
             summary.written.append(packed.predicate["cell_id"])
             if packed.predicate["status"] != "valid":
                 summary.invalid.append(
@@ -354,7 +372,28 @@ def run_matrix(
             finished += 1
             if progress:
                 progress("cells", finished, total)
+
+        # Signing and the fsync-ed writes run on writer threads, so the next trial does not
+        # wait for the disk; leaving the block waits for every write (also on Ctrl-C).
+        with cf.ThreadPoolExecutor(WRITERS, thread_name_prefix="oracle-writer") as writers:
+            pending: set[cf.Future[PackedCell]] = set()
+            for packed in run(ctx, matrix_bytes, p.todo, jobs, address):
+                pending.add(writers.submit(_write, out / CELLS, packed, key))
+                if len(pending) >= 4 * WRITERS:
+                    done, pending = cf.wait(pending, return_when=cf.FIRST_COMPLETED)
+                    for fut in done:
+                        written(fut)
+            for fut in cf.as_completed(pending):
+                written(fut)
     return summary
+
+
+WRITERS = 4
+
+
+def _write(folder: Path, packed: PackedCell, key: Ed25519PrivateKey) -> PackedCell:
+    write_cell(folder, packed, key)
+    return packed
 
 
 def _ensure_controls(out: Path, task: Task, key: Ed25519PrivateKey) -> str:
