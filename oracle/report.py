@@ -233,6 +233,8 @@ def figure(
     ci = ratio.interval()
     if den:
         text = ratio.with_interval()
+        if withheld:
+            text += " · withheld: " + ", ".join(sorted(withheld))
     elif withheld and not any(r.cell.task not in withheld for r in records):
         text = "— (withheld: " + "; ".join(f"{t}: {w}" for t, w in sorted(withheld.items())) + ")"
     else:

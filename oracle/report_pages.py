@@ -220,10 +220,11 @@ def rate_plot(metric: str, groups: Sequence[GroupFigures]) -> str:
             f"{_e(_group_name(g))}</text>"
         )
         if fig.rate is None or fig.ci_low is None or fig.ci_high is None:
-            why = "withheld (controls)" if fig.withheld else "no known verdict"
+            why = "withheld (controls)" if fig.text.startswith("— (withheld") else "0/0"
             parts.append(
                 f'<text class="no-figure" x="{left + 6}" y="{y + 4:.1f}" font-size="12" '
-                f'fill="#8a3b12">— {why}; unknown {fig.unknown}</text>'
+                f'fill="#8a3b12">— no figure: {why}; unknown {fig.unknown}, '
+                f"invalid {g.invalid}</text>"
             )
             continue
         x0 = left + width * fig.ci_low
@@ -237,6 +238,8 @@ def rate_plot(metric: str, groups: Sequence[GroupFigures]) -> str:
         label = f"{fig.rate:.2f} ({fig.numerator}/{fig.denominator})"
         if fig.unknown:
             label += f" · unknown {fig.unknown}"
+        if fig.withheld:
+            label += f" · {len(fig.withheld)} task(s) withheld"
         parts.append(
             f'<text x="{left + width + 10}" y="{y + 4:.1f}" font-size="12">{_e(label)}</text>'
         )
@@ -278,13 +281,21 @@ def counts_plot(groups: Sequence[GroupFigures]) -> str:
             f'<text x="{left - 8}" y="{y0 + bar * len(series) / 2 + 4:.1f}" font-size="12" '
             f'text-anchor="end">{_e(_group_name(g))}</text>'
         )
+        if all(_count(g, metric) == 0 for _, _, metric in series):
+            parts.append(
+                f'<text x="{left + 4}" y="{y0 + bar * len(series) / 2 + 4:.1f}" font-size="11" '
+                'fill="#4a5668">none</text>'
+            )
+            continue
         for k, (name, color, metric) in enumerate(series):
             n = _count(g, metric)
+            if n == 0:
+                continue
             bw = width * n / most
             y = y0 + bar * k
             parts.append(
                 f'<rect class="count" data-series="{_e(name)}" x="{left}" y="{y}" '
-                f'width="{max(bw, 0.0):.1f}" height="{bar - 1}" fill="{color}"/>'
+                f'width="{bw:.1f}" height="{bar - 1}" fill="{color}"/>'
             )
             parts.append(
                 f'<text x="{left + bw + 4:.1f}" y="{y + bar - 1}" font-size="9">{n}</text>'
