@@ -14,7 +14,8 @@ from oracle.matrix_run import run_matrix
 from oracle.record import EvaluatorRecord
 from oracle.reduce import Verified, expected_from, verify_run
 from oracle.report import Report, build_report, report_schema
-from oracle.report_pages import markdown, verify_report, write_report
+from oracle.report_markdown import markdown
+from oracle.report_pages import verify_report, write_report
 from oracle.signing import SignatureError, new_key
 from tests.conftest import REPO
 from tests.matrix.conftest import DemoRun
