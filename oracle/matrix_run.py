@@ -191,11 +191,12 @@ def plan(out: Path, cells: Sequence[Cell], ctx: WorkerContext, key: Ed25519Priva
     folder = out / CELLS
     discarded: list[str] = []
     foreign: list[str] = []
-    if folder.is_dir():
-        for p in sorted(folder.iterdir()):
-            if p.name.startswith(".") and p.name.endswith(".tmp"):
-                p.unlink()
-                discarded.append(f"{p.name}: temporary file of an interrupted write")
+    for where in (folder, out / CONTROLS_FOLDER):
+        if where.is_dir():
+            for p in sorted(where.iterdir()):
+                if p.name.startswith(".") and p.name.endswith(".tmp"):
+                    p.unlink()
+                    discarded.append(f"{p.name}: temporary file of an interrupted write")
     wanted = {archive_name(c): c for c in cells}
     if folder.is_dir():
         for p in sorted(folder.iterdir()):

@@ -124,18 +124,19 @@ def test_resume_keeps_finished_cells_and_reruns_half_written_ones(
     signature_path(no_envelope).unlink()
     truncated.write_bytes(truncated.read_bytes()[:100])
     (run / "cells" / f".{archives[2].name}.abc123.tmp").write_bytes(b"half")
+    (run / "controls" / ".log-level.json.def456.tmp").write_bytes(b"half")
     summary = run_matrix(demo_run.matrix, run, demo_run.key)
     rerun = {no_envelope.name, truncated.name}
     assert sorted(summary.written) == sorted(
         c.id for c in demo_run.expected.cells if f"{c.folder}.tar.gz" in rerun
     )
     assert len(summary.kept) == 6
-    assert len(summary.discarded) == 3
+    assert len(summary.discarded) == 4
     assert set(summary.controls.values()) == {"kept"}
     for p in sorted((run / "cells").glob("*.tar.gz")):
         same = (p.stat().st_ino, p.stat().st_mtime_ns) == before[p.name]
         assert same == (p.name not in rerun), p.name
-    assert not list((run / "cells").glob(".*"))
+    assert not list((run / "cells").glob(".*")) and not list((run / "controls").glob(".*"))
     verify_run(run, demo_run.expected, demo_run.key.public_key())
 
 
