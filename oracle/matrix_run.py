@@ -137,8 +137,32 @@ class WorkerContext:
             try:
                 result = run_trial(task, agent, cell=cell, sandbox=sandbox)
             finally:
-                sandbox.close()
+                _dispose(sandbox)
         return pack_cell(result.files, result.record, self.matrix.meta(cell))
+
+
+# Closing a sandbox is mostly waiting for the disk (unlinking what the trial wrote); a thread
+# does it while the next cell runs. Each sandbox has its own folder, so nothing is shared.
+_CLEANER: cf.ThreadPoolExecutor | None = None
+_CLOSING: list[cf.Future[None]] = []
+_MAX_CLOSING = 8
+
+
+def _dispose(sandbox: Sandbox) -> None:
+    global _CLEANER
+    if _CLEANER is None:
+        _CLEANER = cf.ThreadPoolExecutor(2, thread_name_prefix="oracle-sandbox-close")
+    _CLOSING[:] = [f for f in _CLOSING if not f.done()]
+    if len(_CLOSING) >= _MAX_CLOSING:
+        cf.wait(_CLOSING, return_when=cf.FIRST_COMPLETED)
+    _CLOSING.append(_CLEANER.submit(sandbox.close))
+
+
+def drain() -> None:
+    """Wait until every sandbox handed to the cleaner is closed and removed."""
+    for f in list(_CLOSING):
+        f.result()
+    _CLOSING.clear()
 
 
 # One context per worker process, keyed by the matrix digest (Ray reuses its workers).
@@ -157,14 +181,20 @@ def _init_worker(matrix_bytes: bytes, matrix_path: str) -> None:
 
 
 def _worker_run(matrix_bytes: bytes, matrix_path: str, cell: dict[str, Any]) -> PackedCell:
-    return _context(matrix_bytes, matrix_path).run_cell(Cell.model_validate(cell))
+    try:
+        return _context(matrix_bytes, matrix_path).run_cell(Cell.model_validate(cell))
+    finally:
+        drain()
 
 
 def _worker_run_batch(
     matrix_bytes: bytes, matrix_path: str, cells: list[dict[str, Any]]
 ) -> list[PackedCell]:
     ctx = _context(matrix_bytes, matrix_path)
-    return [ctx.run_cell(Cell.model_validate(c)) for c in cells]
+    try:
+        return [ctx.run_cell(Cell.model_validate(c)) for c in cells]
+    finally:
+        drain()
 
 
 def _batches(cells: list[Cell], jobs: int) -> list[list[Cell]]:
@@ -253,8 +283,11 @@ Executor = Callable[[WorkerContext, bytes, list[Cell], int, str | None], Iterato
 def _serial(
     ctx: WorkerContext, matrix_bytes: bytes, cells: list[Cell], jobs: int, address: str | None
 ) -> Iterator[PackedCell]:
-    for cell in cells:
-        yield ctx.run_cell(cell)
+    try:
+        for cell in cells:
+            yield ctx.run_cell(cell)
+    finally:
+        drain()
 
 
 def _local(

@@ -171,7 +171,12 @@ def test_an_interrupted_run_resumes(tmp_path: Path):
         "--key",
         str(tmp_path / "k.key"),
     ]
-    proc = subprocess.Popen(args, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # The killed run cannot remove its sandbox: keep its temporary folders inside tmp_path.
+    (tmp_path / "tmp").mkdir()
+    env = {**os.environ, "COLUMNS": "200", "TMPDIR": str(tmp_path / "tmp")}
+    proc = subprocess.Popen(
+        args, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env
+    )
     cells = tmp_path / "run" / "cells"
     deadline = time.time() + 120
     while time.time() < deadline and len(list(cells.glob("*.dsse.json"))) < 3:
@@ -186,7 +191,7 @@ def test_an_interrupted_run_resumes(tmp_path: Path):
         capture_output=True,
         text=True,
         timeout=300,
-        env={**os.environ, "COLUMNS": "200"},
+        env=env,
         check=False,
     )
     assert out.returncode == 0, out.stdout + out.stderr
