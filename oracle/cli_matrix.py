@@ -19,7 +19,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from oracle.cell_archive import Limits
 from oracle.matrix import MatrixError, load_matrix
 from oracle.matrix_run import run_matrix
-from oracle.reduce import RULES, ReduceFailed, expected_from, verify_run
+from oracle.reduce import ReduceFailed, expected_from, verify_run
 from oracle.render import console
 from oracle.report import build_report
 from oracle.report_pages import verify_report, write_report
@@ -209,7 +209,3 @@ def reduce_command(
         f"({report.invalid} invalid executions); report: "
         + ", ".join(str(p) for p in written.values())
     )
-
-
-def rules_text() -> str:
-    return "\n".join(f"{k}: {v}" for k, v in RULES.items())

@@ -213,3 +213,17 @@ def test_a_rejected_run_makes_no_report_and_writes_nowhere(tmp_path: Path):
     assert "no report was made" in out.stdout
     assert tree(tmp_path) == before  # not even the report folder
     assert not Path("/tmp/absolute.txt").exists() or Path("/tmp/absolute.txt").read_bytes() != b"y"
+
+
+def test_a_malformed_matrix_is_named_with_its_line(tmp_path: Path):
+    oracle("keys", "new", "--out", "keys", cwd=tmp_path)
+    bad = tmp_path / "bad.toml"
+    bad.write_text(
+        'name = "x"\ntasks = ["t"]\n[harnesses.a]\nagent = "careful"\nrepetitions = "3"\n'
+    )
+    out = oracle(
+        "matrix", "run", str(bad), "--out", "run", "--key", "keys/oracle.key", cwd=tmp_path
+    )
+    assert out.returncode == 2
+    assert f"{bad}:5: harnesses.a.repetitions: Extra inputs are not permitted" in out.stdout
+    assert not (tmp_path / "run").exists()
