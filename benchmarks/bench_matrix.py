@@ -11,6 +11,7 @@ atomically; every task's controls run once first (12 control trials) in both mod
 from __future__ import annotations
 
 import cProfile
+import os
 import shutil
 from collections.abc import Callable
 
@@ -37,6 +38,7 @@ def run(profiler: cProfile.Profile | None = None) -> Result:
         )
         matrix = load_matrix(path)
         key = new_key()
+        load_before = os.getloadavg()
 
         def once(jobs: int) -> Callable[[Stopwatch], None]:
             def go(sw: Stopwatch) -> None:
@@ -64,7 +66,15 @@ def run(profiler: cProfile.Profile | None = None) -> Result:
         ours=ours_t,
         baselines={"serial": serial_t},
         checks={"≤ 300 s": ours_t.median <= 300.0, "≥ 1.7× faster than serial": speedup >= 1.7},
-        params={"cells": CELLS, "tasks": 4, "harnesses": 2, "repetitions": REPETITIONS, "jobs": 2},
+        params={
+            "cells": CELLS,
+            "tasks": 4,
+            "harnesses": 2,
+            "repetitions": REPETITIONS,
+            "jobs": 2,
+            # Other work on the machine changes both figures: the 1-minute load before and after.
+            "load_average_1m": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
+        },
         notes=(
             "each cell: fresh sandbox (SQLite file and folder copied from cached templates), "
             "trial, archive packed, signed and written with fsync; controls run once per task "
