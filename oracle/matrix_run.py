@@ -277,11 +277,16 @@ def _stale(
 # -- executors ------------------------------------------------------------------------------------
 
 
+#: ``(context, matrix bytes, cells, jobs, address) -> packed cells as they finish``.
 Executor = Callable[[WorkerContext, bytes, list[Cell], int, str | None], Iterator[PackedCell]]
 
 
 def _serial(
-    ctx: WorkerContext, matrix_bytes: bytes, cells: list[Cell], jobs: int, address: str | None
+    ctx: WorkerContext,
+    matrix_bytes: bytes,
+    cells: list[Cell],
+    jobs: int,
+    address: str | None,
 ) -> Iterator[PackedCell]:
     try:
         for cell in cells:
@@ -290,13 +295,28 @@ def _serial(
         drain()
 
 
+# Imported once in the fork server, so that each worker starts with them loaded.
+_PRELOAD = [
+    "oracle.matrix_run",
+    "oracle.cli",
+    "oracle.demo",
+    "oracle.fixtures.sqlite",
+    "oracle.fixtures.folder",
+    "sqlalchemy.dialects.sqlite",
+]
+
+
 def _local(
-    ctx: WorkerContext, matrix_bytes: bytes, cells: list[Cell], jobs: int, address: str | None
+    ctx: WorkerContext,
+    matrix_bytes: bytes,
+    cells: list[Cell],
+    jobs: int,
+    address: str | None,
 ) -> Iterator[PackedCell]:
     # forkserver: workers fork from a clean single-threaded server (the driver has threads),
     # with oracle imported once there; each worker loads the matrix and tasks once.
     mp = multiprocessing.get_context("forkserver")
-    mp.set_forkserver_preload(["oracle.matrix_run"])
+    mp.set_forkserver_preload(_PRELOAD)
     path = str(ctx.matrix.path)
     with cf.ProcessPoolExecutor(
         max_workers=jobs, mp_context=mp, initializer=_init_worker, initargs=(matrix_bytes, path)
@@ -315,7 +335,11 @@ def _local(
 
 
 def _ray(
-    ctx: WorkerContext, matrix_bytes: bytes, cells: list[Cell], jobs: int, address: str | None
+    ctx: WorkerContext,
+    matrix_bytes: bytes,
+    cells: list[Cell],
+    jobs: int,
+    address: str | None,
 ) -> Iterator[PackedCell]:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     try:
@@ -381,45 +405,76 @@ def run_matrix(
     summary = RunSummary(
         out, len(cells), kept=[c.id for c in p.done], discarded=p.discarded, foreign=p.foreign
     )
-    for name in sorted(ctx.tasks):
-        summary.controls[name] = _ensure_controls(out, ctx.tasks[name], key)
-    if p.todo:
-        if executor == "ray":
-            run: Executor = _ray
-        elif jobs > 1 and len(p.todo) > 1:
-            run = _local
-        else:
-            run = _serial
-        total = len(cells)
-        finished = len(p.done)
+
+    def controls() -> None:
+        for name in sorted(ctx.tasks):
+            summary.controls[name] = _ensure_controls(out, ctx.tasks[name], key)
+
+    # Serially the controls come first. With workers, they run on a driver thread while the
+    # workers start and run cells (each control in a sandbox of its own, like every cell).
+    if not p.todo or not (executor == "ray" or jobs > 1):
+        controls()
+        _run_cells(
+            ctx, matrix_bytes, p, out, key, summary, len(cells), jobs, executor, address, progress
+        )
+        return summary
+    with cf.ThreadPoolExecutor(1, thread_name_prefix="oracle-controls") as side:
+        done_controls = side.submit(controls)
+        _run_cells(
+            ctx, matrix_bytes, p, out, key, summary, len(cells), jobs, executor, address, progress
+        )
+        done_controls.result()  # its error, if any, is the run's error
+    return summary
+
+
+def _run_cells(
+    ctx: WorkerContext,
+    matrix_bytes: bytes,
+    p: Plan,
+    out: Path,
+    key: Ed25519PrivateKey,
+    summary: RunSummary,
+    total: int,
+    jobs: int,
+    executor: str,
+    address: str | None,
+    progress: ProgressHook | None,
+) -> None:
+    """Run the planned cells; sign and write each archive as it arrives."""
+    if not p.todo:
+        return
+    if executor == "ray":
+        run: Executor = _ray
+    elif jobs > 1 and len(p.todo) > 1:
+        run = _local
+    else:
+        run = _serial
+    finished = len(p.done)
+    if progress:
+        progress("cells", finished, total)
+
+    def written(fut: cf.Future[PackedCell]) -> None:
+        nonlocal finished
+        packed = fut.result()  # a write that failed raises here
+        summary.written.append(packed.predicate["cell_id"])
+        if packed.predicate["status"] != "valid":
+            summary.invalid.append(f"{packed.predicate['cell_id']}: {packed.predicate['error']}")
+        finished += 1
         if progress:
             progress("cells", finished, total)
 
-        def written(fut: cf.Future[PackedCell]) -> None:
-            nonlocal finished
-            packed = fut.result()  # a write that failed raises here
-            summary.written.append(packed.predicate["cell_id"])
-            if packed.predicate["status"] != "valid":
-                summary.invalid.append(
-                    f"{packed.predicate['cell_id']}: {packed.predicate['error']}"
-                )
-            finished += 1
-            if progress:
-                progress("cells", finished, total)
-
-        # Signing and the fsync-ed writes run on writer threads, so the next trial does not
-        # wait for the disk; leaving the block waits for every write (also on Ctrl-C).
-        with cf.ThreadPoolExecutor(WRITERS, thread_name_prefix="oracle-writer") as writers:
-            pending: set[cf.Future[PackedCell]] = set()
-            for packed in run(ctx, matrix_bytes, p.todo, jobs, address):
-                pending.add(writers.submit(_write, out / CELLS, packed, key))
-                if len(pending) >= 4 * WRITERS:
-                    done, pending = cf.wait(pending, return_when=cf.FIRST_COMPLETED)
-                    for fut in done:
-                        written(fut)
-            for fut in cf.as_completed(pending):
-                written(fut)
-    return summary
+    # Signing and the fsync-ed writes run on writer threads, so the next trial does not wait
+    # for the disk; leaving the block waits for every write (also on Ctrl-C).
+    with cf.ThreadPoolExecutor(WRITERS, thread_name_prefix="oracle-writer") as writers:
+        pending: set[cf.Future[PackedCell]] = set()
+        for packed in run(ctx, matrix_bytes, p.todo, jobs, address):
+            pending.add(writers.submit(_write, out / CELLS, packed, key))
+            if len(pending) >= 4 * WRITERS:
+                done, pending = cf.wait(pending, return_when=cf.FIRST_COMPLETED)
+                for fut in done:
+                    written(fut)
+        for fut in cf.as_completed(pending):
+            written(fut)
 
 
 WRITERS = 4
