@@ -25,6 +25,7 @@ import concurrent.futures as cf
 import hashlib
 import logging
 import multiprocessing
+import multiprocessing.util
 import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -178,6 +179,8 @@ def _context(matrix_bytes: bytes, matrix_path: str) -> WorkerContext:
 
 def _init_worker(matrix_bytes: bytes, matrix_path: str) -> None:
     _context(matrix_bytes, matrix_path)
+    # Sandboxes still closing when the pool shuts this worker down are finished first.
+    multiprocessing.util.Finalize(None, drain, exitpriority=100)
 
 
 def _worker_run(matrix_bytes: bytes, matrix_path: str, cell: dict[str, Any]) -> PackedCell:
@@ -191,10 +194,7 @@ def _worker_run_batch(
     matrix_bytes: bytes, matrix_path: str, cells: list[dict[str, Any]]
 ) -> list[PackedCell]:
     ctx = _context(matrix_bytes, matrix_path)
-    try:
-        return [ctx.run_cell(Cell.model_validate(c)) for c in cells]
-    finally:
-        drain()
+    return [ctx.run_cell(Cell.model_validate(c)) for c in cells]
 
 
 def _batches(cells: list[Cell], jobs: int) -> list[list[Cell]]:
