@@ -182,6 +182,8 @@ def reduce_command(
     except (MatrixError, KeyFileError) as exc:
         raise _fail(str(exc)) from None
     c = console()
+    if out.resolve().is_relative_to(run.resolve()):
+        raise _fail(f"{out} is inside the run folder {run}: put the report elsewhere")
     try:
         verified = verify_run(run, exp, public, require_parity=require_parity, limits=limits)
     except ReduceFailed as exc:

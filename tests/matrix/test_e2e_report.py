@@ -227,3 +227,22 @@ def test_a_malformed_matrix_is_named_with_its_line(tmp_path: Path):
     assert out.returncode == 2
     assert f"{bad}:5: harnesses.a.repetitions: Extra inputs are not permitted" in out.stdout
     assert not (tmp_path / "run").exists()
+
+
+def test_the_report_may_not_land_inside_the_run(tmp_path: Path):
+    oracle("keys", "new", "--out", "keys", cwd=tmp_path)
+    (tmp_path / "run").mkdir()
+    matrix = str(REPO / "matrices" / "demo.toml")
+    out = oracle(
+        "reduce",
+        "run",
+        "--expect",
+        matrix,
+        "--key",
+        "keys/oracle.pub",
+        "--out",
+        "run/report",
+        cwd=tmp_path,
+    )
+    assert out.returncode == 2 and "inside the run folder" in out.stdout
+    assert list((tmp_path / "run").iterdir()) == []
