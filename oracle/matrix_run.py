@@ -198,9 +198,20 @@ def _worker_run_batch(
 
 
 def _batches(cells: list[Cell], jobs: int) -> list[list[Cell]]:
-    """Small batches: few enough round trips to keep the driver idle, enough to balance."""
-    size = max(1, min(16, len(cells) // (jobs * 8)))
-    return [cells[i : i + size] for i in range(0, len(cells), size)]
+    """Batches of up to 16 cells (few round trips keep the driver idle), shrinking towards the
+    end (guided self-scheduling) so that no worker is left with a long tail alone.
+
+    >>> cells = [Cell(harness="h", task="t", repetition=r) for r in range(40)]
+    >>> [len(b) for b in _batches(cells, 2)]
+    [5, 4, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1]
+    """
+    out: list[list[Cell]] = []
+    i = 0
+    while i < len(cells):
+        size = max(1, min(16, (len(cells) - i) // (jobs * 4)))
+        out.append(cells[i : i + size])
+        i += size
+    return out
 
 
 # -- resume ---------------------------------------------------------------------------------------
