@@ -160,10 +160,15 @@ def _dispose(sandbox: Sandbox) -> None:
 
 
 def drain() -> None:
-    """Wait until every sandbox handed to the cleaner is closed and removed."""
+    """Wait until every sandbox handed to the cleaner is closed and removed; stop its threads
+    (a process that forks later should not carry idle threads along)."""
+    global _CLEANER
     for f in list(_CLOSING):
         f.result()
     _CLOSING.clear()
+    if _CLEANER is not None:
+        _CLEANER.shutdown(wait=True)
+        _CLEANER = None
 
 
 # One context per worker process, keyed by the matrix digest (Ray reuses its workers).
