@@ -9,10 +9,11 @@ Where the work happens:
   ``OUT/cells/``. The private key never leaves the driver, and a Ray cluster needs no shared
   folder.
 
-Before the cells, the driver runs each task's controls once and writes ``OUT/controls/``.
-An interrupted run resumes: an archive whose envelope verifies and whose cell, settings and task
-digest still match is kept; a half-written one (a temporary file, an archive without its
-envelope, one that fails a rule) is removed and its cell runs again.
+The driver also runs each task's controls once and writes ``OUT/controls/`` (first when
+serial; on a thread of its own while workers run cells). An interrupted run resumes: an
+archive whose envelope verifies and whose cell, settings and task digest still match is kept;
+a half-written one (a temporary file, an archive without its envelope, one that fails a rule)
+is removed and its cell runs again.
 
 Example::
 
@@ -34,26 +35,17 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from oracle import controls_record
 from oracle.agent import Agent, RunRecord
 from oracle.cell_archive import (
     SUFFIX,
+    CellMeta,
     PackedCell,
     Rejected,
     archive_name,
     open_cell,
     pack_cell,
     write_cell,
-)
-from oracle.controls_record import (
-    FOLDER as CONTROLS_FOLDER,
-)
-from oracle.controls_record import (
-    file_name as controls_file,
-)
-from oracle.controls_record import (
-    read_controls,
-    run_task_controls,
-    write_controls,
 )
 from oracle.loader import load_tasks
 from oracle.matrix import Matrix, MatrixError, parse_matrix
@@ -237,7 +229,7 @@ def plan(out: Path, cells: Sequence[Cell], ctx: WorkerContext, key: Ed25519Priva
     folder = out / CELLS
     discarded: list[str] = []
     foreign: list[str] = []
-    for where in (folder, out / CONTROLS_FOLDER):
+    for where in (folder, out / controls_record.FOLDER):
         if where.is_dir():
             for p in sorted(where.iterdir()):
                 if p.name.startswith(".") and p.name.endswith(".tmp"):
@@ -278,7 +270,7 @@ def plan(out: Path, cells: Sequence[Cell], ctx: WorkerContext, key: Ed25519Priva
 
 
 def _stale(
-    meta: Any, digest: str, ctx: WorkerContext, cell: Cell, digests: dict[str, str]
+    meta: CellMeta, digest: str, ctx: WorkerContext, cell: Cell, digests: dict[str, str]
 ) -> str | None:
     expected = ctx.matrix.meta(cell)
     if meta.model_copy(update={"matrix_digest": ""}) != expected.model_copy(
@@ -503,15 +495,15 @@ def _write(folder: Path, packed: PackedCell, key: Ed25519PrivateKey) -> PackedCe
 
 def _ensure_controls(out: Path, task: Task, key: Ed25519PrivateKey) -> str:
     """Run the controls of `task` unless a verified, current result is already there."""
-    path = out / CONTROLS_FOLDER / controls_file(task.name)
+    path = out / controls_record.FOLDER / controls_record.file_name(task.name)
     if path.exists():
         try:
-            rec = read_controls(path, key.public_key())
+            rec = controls_record.read_controls(path, key.public_key())
             if rec.task_digest == task_digest(task):
                 return "kept"
         except Rejected:
             pass
         path.unlink()
         signature_path(path).unlink(missing_ok=True)
-    write_controls(out, run_task_controls(task), key)
+    controls_record.write_controls(out, controls_record.run_task_controls(task), key)
     return "ran"
