@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from oracle.record import Cell, TrialRecord
 from oracle.signing import (
     CELL_PREDICATE,
+    MAX_ENVELOPE_BYTES,
     SignatureError,
     Statement,
     Subject,
@@ -251,6 +252,13 @@ def write_cell(folder: Path, packed: PackedCell, key: Ed25519PrivateKey) -> Path
 _DRIVE = re.compile(r"^[A-Za-z]:")
 
 
+def read_bounded(path: Path, limit: int) -> bytes | None:
+    """The bytes of `path`, or None when it holds more than `limit` (never read past that)."""
+    with open(path, "rb") as f:
+        data = f.read(limit + 1)
+    return None if len(data) > limit else data
+
+
 def check_member_path(name: str) -> str:
     """`name` if it is a canonical relative POSIX path, else `Rejected('unsafe-path')`."""
     bad = (
@@ -398,18 +406,19 @@ def open_cell(
     members, manifest and record, then the cell named by each of them."""
     sig = signature_path(path)
     try:
-        size = path.stat().st_size
-        if size > limits.max_archive_bytes:
-            raise Rejected("archive-too-large", f"{size} bytes on disk")
-        data = path.read_bytes()
+        data = read_bounded(path, limits.max_archive_bytes)
     except OSError as exc:
         raise Rejected("unreadable", str(exc)) from None
+    if data is None:
+        raise Rejected("archive-too-large", f"over {limits.max_archive_bytes} bytes on disk")
     try:
-        env = sig.read_bytes()
+        env = read_bounded(sig, MAX_ENVELOPE_BYTES)
     except FileNotFoundError:
         raise Rejected("signature-missing", f"no {sig.name}") from None
     except OSError as exc:
         raise Rejected("unreadable", str(exc)) from None
+    if env is None:
+        raise Rejected("signature-invalid", f"{sig.name} is over {MAX_ENVELOPE_BYTES} bytes")
     try:
         st = verify_envelope(env, public)
     except SignatureError as exc:

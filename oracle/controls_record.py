@@ -14,10 +14,11 @@ from typing import Literal
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from oracle.cell_archive import Rejected, write_signed
+from oracle.cell_archive import Rejected, read_bounded, write_signed
 from oracle.controls import classify, run_controls
 from oracle.signing import (
     CONTROLS_PREDICATE,
+    MAX_ENVELOPE_BYTES,
     SignatureError,
     Subject,
     sha256_hex,
@@ -114,17 +115,18 @@ def write_controls(out: Path, rec: ControlsRecord, key: Ed25519PrivateKey) -> Pa
     return write_signed(out / FOLDER, name, data, st, key)
 
 
-def read_controls(path: Path, public: Ed25519PublicKey) -> ControlsRecord:
-    """A verified controls record, or `Rejected` with the rule it breaks."""
+def read_controls(path: Path, public: Ed25519PublicKey) -> tuple[ControlsRecord, str]:
+    """A verified controls record and the sha256 of the bytes verified, or `Rejected` with the
+    rule it breaks."""
     try:
-        if path.stat().st_size > MAX_BYTES:
-            raise Rejected("archive-too-large", f"{path.name} is over {MAX_BYTES} bytes")
-        data = path.read_bytes()
-        env = signature_path(path).read_bytes()
+        data = read_bounded(path, MAX_BYTES)
+        env = read_bounded(signature_path(path), MAX_ENVELOPE_BYTES)
     except FileNotFoundError as exc:
         raise Rejected("signature-missing", f"{Path(str(exc.filename)).name} is missing") from None
     except OSError as exc:
         raise Rejected("unreadable", str(exc)) from None
+    if data is None or env is None:
+        raise Rejected("archive-too-large", f"{path.name} or its envelope is too large")
     try:
         st = verify_envelope(env, public)
     except SignatureError as exc:
@@ -139,4 +141,4 @@ def read_controls(path: Path, public: Ed25519PublicKey) -> ControlsRecord:
         raise Rejected("record-invalid", str(exc.errors()[0]["msg"])) from None
     if path.name != file_name(rec.task) or st.predicate.get("task") != rec.task:
         raise Rejected("cell-mismatch", f"{path.name} holds the controls of {rec.task!r}")
-    return rec
+    return rec, sha256_hex(data)

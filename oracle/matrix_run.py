@@ -498,7 +498,7 @@ def _ensure_controls(out: Path, task: Task, key: Ed25519PrivateKey) -> str:
     path = out / controls_record.FOLDER / controls_record.file_name(task.name)
     if path.exists():
         try:
-            rec = controls_record.read_controls(path, key.public_key())
+            rec, _ = controls_record.read_controls(path, key.public_key())
             if rec.task_digest == task_digest(task):
                 return "kept"
         except Rejected:

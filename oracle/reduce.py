@@ -34,7 +34,7 @@ from oracle.controls_record import ControlsRecord, read_controls
 from oracle.loader import load_tasks
 from oracle.matrix import Matrix, MatrixError
 from oracle.record import Cell
-from oracle.signing import SIGNATURE_SUFFIX, sha256_hex
+from oracle.signing import SIGNATURE_SUFFIX
 from oracle.versions import task_digest
 
 SET_RULES: dict[str, str] = {
@@ -167,7 +167,7 @@ def verify_run(
     digests: dict[str, str] = {}
     for path in controls_files:
         try:
-            rec = read_controls(path, public)
+            rec, digest = read_controls(path, public)
         except Rejected as exc:
             bad.append(Rejection(_rel(path, root), exc.rule, exc.detail))
             continue
@@ -175,7 +175,7 @@ def verify_run(
             bad.append(Rejection(_rel(path, root), "duplicate-controls", f"task {rec.task!r}"))
             continue
         controls[rec.task] = rec
-        digests[rec.task] = sha256_hex(path.read_bytes())
+        digests[rec.task] = digest
     bad += _check_set(root, opened, expected, rejected)
     bad += _check_controls(root, opened, controls, expected)
     if require_parity:

@@ -30,7 +30,7 @@ from oracle.controls_record import FOLDER as CONTROLS
 from oracle.matrix import load_matrix
 from oracle.record import TrialRecord
 from oracle.reduce import RULES, ReduceFailed, expected_from, verify_run
-from oracle.signing import new_key, signature_path
+from oracle.signing import MAX_ENVELOPE_BYTES, new_key, signature_path
 from tests.matrix.conftest import DemoRun
 from tests.matrix_helpers import Member, files_of, gz, raw_tar, sign_bytes, write_matrix
 
@@ -114,7 +114,7 @@ def test_signature_missing(demo_run: DemoRun, tmp_path: Path):
 
 
 @rule("signature-invalid")
-@pytest.mark.parametrize("how", ["other-key", "flipped", "not-json", "no-signatures"])
+@pytest.mark.parametrize("how", ["other-key", "flipped", "not-json", "no-signatures", "huge"])
 def test_signature_invalid(demo_run: DemoRun, tmp_path: Path, how: str):
     run = demo_run.copy(tmp_path / "run")
     path = first_archive(run)
@@ -128,6 +128,8 @@ def test_signature_invalid(demo_run: DemoRun, tmp_path: Path, how: str):
         sig.write_text(text[:i] + ("A" if text[i] != "A" else "B") + text[i + 1 :])
     elif how == "not-json":
         sig.write_bytes(b"{not json")
+    elif how == "huge":
+        sig.write_bytes(b" " * (MAX_ENVELOPE_BYTES + 1))
     else:
         sig.write_text(
             '{"payloadType": "application/vnd.in-toto+json", "payload": "e30=", "signatures": []}'
