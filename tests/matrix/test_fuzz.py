@@ -20,10 +20,11 @@ from oracle.cell_archive import (
     check_member_path,
     manifest_bytes,
     members,
+    open_cell,
     pack,
 )
 from oracle.signing import sha256_hex
-from tests.matrix_helpers import Member, gz, raw_tar
+from tests.matrix_helpers import Member, gz, raw_tar, sign_bytes
 
 SMALL = Limits(max_members=20, max_member_bytes=4096, max_total_bytes=32_768, max_ratio=50)
 
@@ -139,3 +140,33 @@ def test_mutated_archives_are_rejected_or_still_sound(flips: list[tuple[int, int
         assert exc.rule in RULES
         return
     assert _valid(files)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    st.lists(member, max_size=5),
+    st.sampled_from([b"{}", b"not json", b'{"schema_version": 1}', b"\x00" * 10]),
+)
+def test_signed_archives_of_any_members_are_rejected_by_rule(
+    demo_run, tmp_path_factory, ms: list[Member], record: bytes
+):
+    """Validly signed, so only the archive rules stand between these members and the reader."""
+    folder = tmp_path_factory.mktemp("fuzz")
+    path = sorted((demo_run.run / "cells").glob("*.tar.gz"))[0]
+    real = open_cell(path, demo_run.key.public_key())
+    files = {"record.json": record, **{m.name: m.data for m in ms if m.type == tarfile.REGTYPE}}
+    try:
+        data = gz(
+            raw_tar([*ms, Member("record.json", record), Member(MANIFEST, manifest_bytes(files))])
+        )
+    except (ValueError, UnicodeError):
+        return
+    sign_bytes(folder, path.name, data, demo_run.key, real.record)
+    try:
+        open_cell(folder / path.name, demo_run.key.public_key())
+    except Rejected as exc:
+        assert exc.rule in RULES
+    else:
+        raise AssertionError("an archive without a valid record was accepted")
