@@ -79,12 +79,15 @@ def ray_cluster() -> Iterator[str]:
         yield f"127.0.0.1:{port}"
     finally:
         # Only the processes this fixture started: its own process group.
-        for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 10.0)):
+        for sig, wait in ((signal.SIGTERM, 2.0), (signal.SIGKILL, 10.0)):
             if not _group_alive(proc.pid):
                 break
             os.killpg(proc.pid, sig)
             end = time.time() + wait
-            while time.time() < end and _group_alive(proc.pid):
+            while time.time() < end:
+                proc.poll()  # reap our own child, or its zombie keeps the group "alive"
+                if not _group_alive(proc.pid):
+                    break
                 time.sleep(0.2)
         proc.wait(timeout=10)
         subprocess.run(["rm", "-rf", temp], check=False)
