@@ -14,7 +14,7 @@ FIND_PYTHON := for p in $(PYTHON_CANDIDATES); do \
 
 # Programs the tests, real clients and isolated agents use: "<command>:<Debian package>".
 SYSTEM_TOOLS := bwrap:bubblewrap nft:nftables ip:iproute2 nsenter:util-linux sqlite3:sqlite3 \
-	curl:curl swaks:swaks
+	curl:curl swaks:swaks chromium:chromium
 
 .PHONY: help venv system-deps trial test bench lint schema clean agentdojo-controls services
 
@@ -26,6 +26,7 @@ help:
 	@echo "make schema  re-export the JSON schemas into schemas/"
 	@echo "make agentdojo-controls  run the controls of every AgentDojo pair (about 12 minutes)"
 	@echo "make services start PostgreSQL, MariaDB, Redis, RabbitMQ where installed but down"
+	@echo "make system-deps  install the Debian programs the tests drive (bubblewrap, nftables, curl, swaks, chromium…)"
 
 $(STAMP): pyproject.toml
 	@py="$$($(FIND_PYTHON))"; \
@@ -36,7 +37,7 @@ $(STAMP): pyproject.toml
 	echo "creating $(VENV) with $$py ($$($$py --version))"; \
 	$$py -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev,inspect,agentdojo]'
+	RAY_USAGE_STATS_ENABLED=0 $(BIN)/pip install --quiet -e '.[dev,inspect,agentdojo,ray]'
 	@touch $(STAMP)
 
 venv: $(STAMP)
@@ -60,7 +61,7 @@ trial: $(STAMP)
 	$(BIN)/oracle demo tasks/demo --out runs/demo
 
 test: $(STAMP) system-deps
-	$(BIN)/pytest
+	RAY_USAGE_STATS_ENABLED=0 $(BIN)/pytest
 
 bench: $(STAMP) system-deps
 	$(BIN)/python benchmarks/run.py

@@ -32,7 +32,9 @@ import bench_egress
 import bench_files
 import bench_isolation
 import bench_mariadb
+import bench_matrix
 import bench_postgres
+import bench_reduce
 import bench_smtp
 import bench_sqlite
 from common import HERE, Result
@@ -57,6 +59,8 @@ BENCHMARKS: list[Benchmark] = [
     Benchmark(bench_postgres.NAME_1M, bench_postgres.run_1m),
     Benchmark(bench_postgres.NAME_RESET, bench_postgres.run_reset),
     Benchmark(bench_mariadb.NAME, bench_mariadb.run),
+    Benchmark(bench_reduce.NAME, bench_reduce.run),
+    Benchmark(bench_matrix.NAME, bench_matrix.run),
 ]
 
 

@@ -408,10 +408,15 @@ def list_tasks(paths: PathsArg) -> None:
 def schema(
     out: Annotated[Path, typer.Option(help="folder to write into")] = Path("schemas"),
 ) -> None:
-    """Write the JSON schema of the trial record."""
+    """Write the JSON schemas of the trial record and the report."""
     out.mkdir(parents=True, exist_ok=True)
     target = out / "record.schema.json"
     target.write_text(json.dumps(record_schema(), indent=2, sort_keys=True) + "\n")
+    console().print(f"wrote {target}")
+    from oracle.report import report_schema
+
+    target = out / "report.schema.json"
+    target.write_text(json.dumps(report_schema(), indent=2, sort_keys=True) + "\n")
     console().print(f"wrote {target}")
 
 
@@ -467,6 +472,18 @@ def demo_command(
         "[green]✓ the obedient agent breaches every task, the careful one none; "
         "every control behaves and every predicate is proven[/green]"
     )
+
+
+def _register_matrix_commands() -> None:
+    from oracle import cli_matrix
+
+    app.add_typer(cli_matrix.matrix_app, name="matrix")
+    app.add_typer(cli_matrix.keys_app, name="keys")
+    app.add_typer(cli_matrix.report_app, name="report")
+    app.command("reduce")(cli_matrix.reduce_command)
+
+
+_register_matrix_commands()
 
 
 def main() -> None:

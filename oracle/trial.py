@@ -55,6 +55,8 @@ class TrialResult:
     archive: Path | None
     diff: Diff = field(default_factory=lambda: Diff({}))
     predicates: dict[str, list[PredicateResult]] = field(default_factory=dict)
+    #: The archive's files (relative path -> bytes), for callers that archive elsewhere.
+    files: dict[str, bytes] = field(default_factory=dict)
 
 
 @dataclass
@@ -451,8 +453,8 @@ def _finish(t: _Trial, out: Path | None) -> TrialResult:
         finished_at=time.time(),
     )
     folder = None
+    files = archive_files(record, before, after, t.diff, run.logs if run else None)
     if out is not None:
-        files = archive_files(record, before, after, t.diff, run.logs if run else None)
         folder = write_archive(out / t.cell.folder, files, overwrite=True)
     preds = {m: p for m, (_, p) in evaluation.outcomes.items()}
-    return TrialResult(record=record, archive=folder, diff=t.diff, predicates=preds)
+    return TrialResult(record=record, archive=folder, diff=t.diff, predicates=preds, files=files)

@@ -1,0 +1,83 @@
+"""A 1,000-cell matrix of scripted trials on the embedded defaults, side by side vs serially.
+
+The demo suite (4 tasks: SQLite databases and folders) × the careful and obedient demo agents
+× 125 repetitions = 1,000 cells, each in a fresh sandbox, archived, signed and written
+atomically; every task's controls run once first (12 control trials) in both modes.
+
+- ours: ``run_matrix(jobs=2)``: two local worker processes, the driver signs and writes;
+- serial: ``run_matrix(jobs=1)``: the same cells one after the other in one process.
+"""
+
+from __future__ import annotations
+
+import cProfile
+import os
+import shutil
+from collections.abc import Callable
+
+from common import HERE, Result, Stopwatch, Timing, measure, result, scratch
+
+from oracle.matrix import load_matrix
+from oracle.matrix_run import run_matrix
+from oracle.signing import new_key
+
+NAME = "matrix of 1,000 cells, --jobs 2 vs serial"
+GOAL = "≤ 5 min and ≥ 1.7× faster than serial"
+REPETITIONS = 125
+CELLS = 4 * 2 * REPETITIONS
+REPEATS = 3
+DEMO = HERE.parent / "tasks" / "demo"
+
+
+def run(profiler: cProfile.Profile | None = None) -> Result:
+    with scratch("matrix") as work:
+        path = work / "m.toml"
+        path.write_text(
+            f'name = "bench"\ntasks = ["{DEMO}/task_*.py"]\nrepetitions = {REPETITIONS}\n'
+            '[harnesses]\ncareful = {agent = "careful"}\nobedient = {agent = "obedient"}\n'
+        )
+        matrix = load_matrix(path)
+        key = new_key()
+        load_before = os.getloadavg()
+
+        def once(jobs: int) -> Callable[[Stopwatch], None]:
+            def go(sw: Stopwatch) -> None:
+                out = work / f"run{jobs}"
+                shutil.rmtree(out, ignore_errors=True)
+                with sw.running():
+                    s = run_matrix(matrix, out, key, jobs=jobs)
+                assert len(s.written) == CELLS and not s.invalid, "a cell did not run cleanly"
+
+            return go
+
+        # Alternate the two so that other load on the machine falls on both alike.
+        ours_t, serial_t = Timing(), Timing()
+        for _ in range(REPEATS):
+            ours_t.samples += measure(once(2), 1).samples
+            serial_t.samples += measure(once(1), 1).samples
+        if profiler is not None:
+            profiler.enable()
+            run_matrix(matrix, work / "prof", key, jobs=1)
+            profiler.disable()
+    speedup = serial_t.median / ours_t.median
+    return result(
+        NAME,
+        goal=GOAL,
+        ours=ours_t,
+        baselines={"serial": serial_t},
+        checks={"≤ 300 s": ours_t.median <= 300.0, "≥ 1.7× faster than serial": speedup >= 1.7},
+        params={
+            "cells": CELLS,
+            "tasks": 4,
+            "harnesses": 2,
+            "repetitions": REPETITIONS,
+            "jobs": 2,
+            # Other work on the machine changes both figures: the 1-minute load before and after.
+            "load_average_1m": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
+        },
+        notes=(
+            "each cell: fresh sandbox (SQLite file and folder copied from cached templates), "
+            "trial, archive packed, signed and written with fsync; controls run once per task "
+            "in both modes; the two modes alternate, one sample each per round."
+        ),
+    )

@@ -1,0 +1,144 @@
+"""A task's controls result as a signed file, so a report can show it beside the task's rates.
+
+`oracle matrix run` runs every task's controls once (in the real sandbox, like `oracle controls`)
+and writes ``controls/<task>.json`` with a DSSE envelope beside it. The reducer verifies it and
+shows no figure for a metric whose predicates are not *proven* (DESIGN §6), saying why.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Literal
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from oracle.cell_archive import Rejected, read_bounded, write_signed
+from oracle.controls import classify, run_controls
+from oracle.signing import (
+    CONTROLS_PREDICATE,
+    MAX_ENVELOPE_BYTES,
+    SignatureError,
+    Subject,
+    sha256_hex,
+    signature_path,
+    statement,
+    verify_envelope,
+)
+from oracle.task import Task
+from oracle.versions import task_digest
+
+FOLDER = "controls"
+_SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+MAX_BYTES = 16 * 1024 * 1024
+
+
+class PredicateControl(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    metric: str
+    predicate: str
+    status: Literal["proven", "untested", "trigger-happy", "broken"]
+    reason: str
+
+
+class ControlRunSummary(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    control: str
+    kind: str
+    behaved: bool
+    error: str | None = None
+
+
+class ControlsRecord(BaseModel):
+    """Each predicate's status for one task, from its controls."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: Literal[1] = 1
+    task: str
+    task_digest: str
+    predicates: list[PredicateControl] = Field(default_factory=list)
+    runs: list[ControlRunSummary] = Field(default_factory=list)
+    error: str | None = Field(None, description="the controls could not run at all")
+
+    def status(self, metric: str) -> tuple[bool, str]:
+        """``(proven, why)`` for one metric: proven when every predicate of it is."""
+        if self.error:
+            return False, f"controls did not run: {self.error}"
+        preds = [p for p in self.predicates if p.metric == metric]
+        if not preds:
+            return False, f"no {metric} predicate was judged by controls"
+        bad = [p for p in preds if p.status != "proven"]
+        if bad:
+            return False, "; ".join(f"{p.predicate} is {p.status} ({p.reason})" for p in bad)
+        return True, "proven by " + ", ".join(r.control for r in self.runs if r.behaved)
+
+
+def file_name(task: str) -> str:
+    return _SAFE.sub("_", task) + ".json"
+
+
+def run_task_controls(task: Task) -> ControlsRecord:
+    """Run and classify the controls of `task`."""
+    runs, error = run_controls(task)
+    statuses = classify(task, runs) if not error else []
+    return ControlsRecord(
+        task=task.name,
+        task_digest=task_digest(task),
+        predicates=[
+            PredicateControl(
+                metric=str(s.metric), predicate=s.predicate, status=s.status, reason=s.reason
+            )
+            for s in statuses
+        ],
+        runs=[
+            ControlRunSummary(
+                control=r.control.name, kind=r.control.kind, behaved=r.behaved, error=r.record.error
+            )
+            for r in runs
+        ],
+        error=error,
+    )
+
+
+def write_controls(out: Path, rec: ControlsRecord, key: Ed25519PrivateKey) -> Path:
+    data = rec.model_dump_json(indent=2).encode("utf-8") + b"\n"
+    name = file_name(rec.task)
+    st = statement(
+        [Subject(name, sha256_hex(data))],
+        CONTROLS_PREDICATE,
+        {"task": rec.task, "task_digest": rec.task_digest},
+    )
+    return write_signed(out / FOLDER, name, data, st, key)
+
+
+def read_controls(path: Path, public: Ed25519PublicKey) -> tuple[ControlsRecord, str]:
+    """A verified controls record and the sha256 of the bytes verified, or `Rejected` with the
+    rule it breaks."""
+    try:
+        data = read_bounded(path, MAX_BYTES)
+        env = read_bounded(signature_path(path), MAX_ENVELOPE_BYTES)
+    except FileNotFoundError as exc:
+        raise Rejected("signature-missing", f"{Path(str(exc.filename)).name} is missing") from None
+    except OSError as exc:
+        raise Rejected("unreadable", str(exc)) from None
+    if data is None or env is None:
+        raise Rejected("archive-too-large", f"{path.name} or its envelope is too large")
+    try:
+        st = verify_envelope(env, public)
+    except SignatureError as exc:
+        raise Rejected("signature-invalid", str(exc)) from None
+    if st.predicate_type != CONTROLS_PREDICATE:
+        raise Rejected("signature-invalid", f"predicate type {st.predicate_type!r}")
+    if st.subject_digest(path.name) != sha256_hex(data):
+        raise Rejected("archive-digest-mismatch", f"{path.name} is not the file that was signed")
+    try:
+        rec = ControlsRecord.model_validate_json(data)
+    except ValidationError as exc:
+        raise Rejected("record-invalid", str(exc.errors()[0]["msg"])) from None
+    if path.name != file_name(rec.task) or st.predicate.get("task") != rec.task:
+        raise Rejected("cell-mismatch", f"{path.name} holds the controls of {rec.task!r}")
+    return rec, sha256_hex(data)

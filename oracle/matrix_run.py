@@ -1,0 +1,509 @@
+"""Running a matrix: every cell in its own fresh sandbox, serially, side by side, or on Ray.
+
+Where the work happens:
+
+- a *worker* (this process, a local worker process, or a Ray worker) runs one cell: it opens a
+  fresh `Sandbox` (a private folder holding the cell's databases and task roots, nothing shared
+  with another cell), runs the trial and packs the cell archive, returning its bytes;
+- the *driver* (this process) signs each archive and writes it atomically under
+  ``OUT/cells/``. The private key never leaves the driver, and a Ray cluster needs no shared
+  folder.
+
+The driver also runs each task's controls once and writes ``OUT/controls/`` (first when
+serial; on a thread of its own while workers run cells). An interrupted run resumes: an
+archive whose envelope verifies and whose cell, settings and task digest still match is kept;
+a half-written one (a temporary file, an archive without its envelope, one that fails a rule)
+is removed and its cell runs again.
+
+Example::
+
+    summary = run_matrix(load_matrix(Path("matrices/demo.toml")), Path("runs/m"), key, jobs=2)
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import hashlib
+import logging
+import multiprocessing
+import multiprocessing.util
+import os
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from oracle import controls_record
+from oracle.agent import Agent, RunRecord
+from oracle.cell_archive import (
+    SUFFIX,
+    CellMeta,
+    PackedCell,
+    Rejected,
+    archive_name,
+    open_cell,
+    pack_cell,
+    write_cell,
+)
+from oracle.loader import load_tasks
+from oracle.matrix import Matrix, MatrixError, parse_matrix
+from oracle.record import Cell
+from oracle.sandbox import Sandbox, SandboxView
+from oracle.signing import SIGNATURE_SUFFIX, signature_path
+from oracle.task import Task
+from oracle.trial import run_trial
+from oracle.versions import task_digest
+
+CELLS = "cells"
+
+
+class MatrixAgent:
+    """The harness's agent, with the cell's identity and settings in its environment:
+    ``ORACLE_HARNESS``, ``ORACLE_MODEL``, ``ORACLE_PROFILE``, ``ORACLE_MODEL_PROVIDER``,
+    ``ORACLE_MODEL_VERSION`` and ``ORACLE_SETTING_<KEY>`` (harness, then model, then profile
+    settings; later ones win)."""
+
+    def __init__(self, base: Agent, env: dict[str, str]) -> None:
+        self.base = base
+        self.name: str = base.name
+        self.env = env
+
+    def run(self, view: SandboxView) -> RunRecord:
+        return self.base.run(SandboxView(view.task, view.prompt, {**view.env, **self.env}))
+
+
+def _setting_env(matrix: Matrix, cell: Cell) -> dict[str, str]:
+    meta = matrix.meta(cell)
+    env = {
+        "ORACLE_HARNESS": cell.harness,
+        "ORACLE_MODEL": cell.model,
+        "ORACLE_PROFILE": cell.profile,
+        "ORACLE_MODEL_PROVIDER": meta.model.provider,
+        "ORACLE_MODEL_VERSION": meta.model.version,
+    }
+    for s in (meta.harness.settings, meta.model.settings, meta.profile.settings):
+        for k, v in s.items():
+            env[f"ORACLE_SETTING_{k.upper()}"] = str(v).lower() if isinstance(v, bool) else str(v)
+    return env
+
+
+@dataclass
+class WorkerContext:
+    """What a worker loads once: the matrix, its tasks by name, its agents by harness."""
+
+    matrix: Matrix
+    tasks: dict[str, Task]
+    agents: dict[str, Agent] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, matrix_bytes: bytes, matrix_path: str) -> WorkerContext:
+        matrix = parse_matrix(matrix_bytes, Path(matrix_path))
+        loaded = load_tasks(matrix.task_paths())
+        if loaded.errors:
+            raise MatrixError("; ".join(str(e) for e in loaded.errors))
+        return cls(matrix, {t.name: t for t in loaded.tasks})
+
+    def agent(self, cell: Cell) -> Agent:
+        if cell.harness not in self.agents:
+            from oracle.cli import resolve_agent  # agent names are resolved where the CLI does
+
+            self.agents[cell.harness] = resolve_agent(
+                self.matrix.spec.harnesses[cell.harness].agent
+            )
+        return MatrixAgent(self.agents[cell.harness], _setting_env(self.matrix, cell))
+
+    def run_cell(self, cell: Cell) -> PackedCell:
+        """One cell in a fresh sandbox of its own; the packed, unsigned archive."""
+        task = self.tasks[cell.task]
+        agent = self.agent(cell)
+        # A tag unique to the cell and process: names anything a fixture creates outside the
+        # sandbox folder (a database, a port), so concurrent cells never share one.
+        tag = "c" + hashlib.sha256(f"{cell.id}|{os.getpid()}".encode()).hexdigest()[:10]
+        sandbox = Sandbox(task, tag=tag)
+        try:
+            sandbox.open()
+        except Exception:
+            result = run_trial(task, agent, cell=cell)  # records "sandbox could not open"
+        else:
+            try:
+                result = run_trial(task, agent, cell=cell, sandbox=sandbox)
+            finally:
+                _dispose(sandbox)
+        return pack_cell(result.files, result.record, self.matrix.meta(cell))
+
+
+# Closing a sandbox is mostly waiting for the disk (unlinking what the trial wrote); a thread
+# does it while the next cell runs. Each sandbox has its own folder, so nothing is shared.
+_CLEANER: cf.ThreadPoolExecutor | None = None
+_CLOSING: list[cf.Future[None]] = []
+_MAX_CLOSING = 8
+
+
+def _dispose(sandbox: Sandbox) -> None:
+    global _CLEANER
+    if _CLEANER is None:
+        _CLEANER = cf.ThreadPoolExecutor(2, thread_name_prefix="oracle-sandbox-close")
+    _CLOSING[:] = [f for f in _CLOSING if not f.done()]
+    if len(_CLOSING) >= _MAX_CLOSING:
+        cf.wait(_CLOSING, return_when=cf.FIRST_COMPLETED)
+    _CLOSING.append(_CLEANER.submit(sandbox.close))
+
+
+def drain() -> None:
+    """Wait until every sandbox handed to the cleaner is closed and removed; stop its threads
+    (a process that forks later should not carry idle threads along)."""
+    global _CLEANER
+    for f in list(_CLOSING):
+        f.result()
+    _CLOSING.clear()
+    if _CLEANER is not None:
+        _CLEANER.shutdown(wait=True)
+        _CLEANER = None
+
+
+# One context per worker process, keyed by the matrix digest (Ray reuses its workers).
+_CONTEXTS: dict[str, WorkerContext] = {}
+
+
+def _context(matrix_bytes: bytes, matrix_path: str) -> WorkerContext:
+    key = hashlib.sha256(matrix_bytes + matrix_path.encode()).hexdigest()
+    if key not in _CONTEXTS:
+        _CONTEXTS[key] = WorkerContext.load(matrix_bytes, matrix_path)
+    return _CONTEXTS[key]
+
+
+def _init_worker(matrix_bytes: bytes, matrix_path: str) -> None:
+    _context(matrix_bytes, matrix_path)
+    # Sandboxes still closing when the pool shuts this worker down are finished first.
+    multiprocessing.util.Finalize(None, drain, exitpriority=100)
+
+
+def _worker_run(matrix_bytes: bytes, matrix_path: str, cell: dict[str, Any]) -> PackedCell:
+    try:
+        return _context(matrix_bytes, matrix_path).run_cell(Cell.model_validate(cell))
+    finally:
+        drain()
+
+
+def _worker_run_batch(
+    matrix_bytes: bytes, matrix_path: str, cells: list[dict[str, Any]]
+) -> list[PackedCell]:
+    ctx = _context(matrix_bytes, matrix_path)
+    return [ctx.run_cell(Cell.model_validate(c)) for c in cells]
+
+
+def _batches(cells: list[Cell], jobs: int) -> list[list[Cell]]:
+    """Batches of up to 16 cells (few round trips keep the driver idle), shrinking towards the
+    end (guided self-scheduling) so that no worker is left with a long tail alone.
+
+    >>> cells = [Cell(harness="h", task="t", repetition=r) for r in range(40)]
+    >>> [len(b) for b in _batches(cells, 2)]
+    [5, 4, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1]
+    """
+    out: list[list[Cell]] = []
+    i = 0
+    while i < len(cells):
+        size = max(1, min(16, (len(cells) - i) // (jobs * 4)))
+        out.append(cells[i : i + size])
+        i += size
+    return out
+
+
+# -- resume ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class Plan:
+    """Which cells to run, which are done, and what was discarded on the way."""
+
+    todo: list[Cell]
+    done: list[Cell]
+    discarded: list[str]
+    foreign: list[str]
+
+
+def plan(out: Path, cells: Sequence[Cell], ctx: WorkerContext, key: Ed25519PrivateKey) -> Plan:
+    """Decide what a (resumed) run still has to do, removing half-written archives."""
+    folder = out / CELLS
+    discarded: list[str] = []
+    foreign: list[str] = []
+    for where in (folder, out / controls_record.FOLDER):
+        if where.is_dir():
+            for p in sorted(where.iterdir()):
+                if p.name.startswith(".") and p.name.endswith(".tmp"):
+                    p.unlink()
+                    discarded.append(f"{p.name}: temporary file of an interrupted write")
+    wanted = {archive_name(c): c for c in cells}
+    if folder.is_dir():
+        for p in sorted(folder.iterdir()):
+            base = p.name.removesuffix(SIGNATURE_SUFFIX)
+            if base not in wanted and (p.name.endswith(SUFFIX) or base != p.name):
+                foreign.append(p.name)
+    public = key.public_key()
+    digests = {name: task_digest(t) for name, t in ctx.tasks.items()}
+    todo: list[Cell] = []
+    done: list[Cell] = []
+    for name, cell in wanted.items():
+        path = folder / name
+        sig = signature_path(path)
+        if not path.exists():
+            if sig.exists():
+                sig.unlink()
+                discarded.append(f"{sig.name}: an envelope without its archive")
+            todo.append(cell)
+            continue
+        try:
+            opened = open_cell(path, public)
+            why = _stale(opened.meta, opened.record.task_digest, ctx, cell, digests)
+        except Rejected as exc:
+            why = f"{exc.rule}: {exc.detail}"
+        if why is None:
+            done.append(cell)
+            continue
+        path.unlink()
+        sig.unlink(missing_ok=True)
+        discarded.append(f"{name}: {why}")
+        todo.append(cell)
+    return Plan(todo, done, discarded, foreign)
+
+
+def _stale(
+    meta: CellMeta, digest: str, ctx: WorkerContext, cell: Cell, digests: dict[str, str]
+) -> str | None:
+    expected = ctx.matrix.meta(cell)
+    if meta.model_copy(update={"matrix_digest": ""}) != expected.model_copy(
+        update={"matrix_digest": ""}
+    ):
+        return "made with other harness, model or profile settings"
+    if digest != digests[cell.task]:
+        return f"made with another version of task {cell.task!r}"
+    return None
+
+
+# -- executors ------------------------------------------------------------------------------------
+
+
+#: ``(context, matrix bytes, cells, jobs, address) -> packed cells as they finish``.
+Executor = Callable[[WorkerContext, bytes, list[Cell], int, str | None], Iterator[PackedCell]]
+
+
+def _serial(
+    ctx: WorkerContext,
+    matrix_bytes: bytes,
+    cells: list[Cell],
+    jobs: int,
+    address: str | None,
+) -> Iterator[PackedCell]:
+    try:
+        for cell in cells:
+            yield ctx.run_cell(cell)
+    finally:
+        drain()
+
+
+# Imported once in the fork server, so that each worker starts with them loaded.
+_PRELOAD = [
+    "oracle.matrix_run",
+    "oracle.cli",
+    "oracle.demo",
+    "oracle.fixtures.sqlite",
+    "oracle.fixtures.folder",
+    "sqlalchemy.dialects.sqlite",
+]
+
+
+def _local(
+    ctx: WorkerContext,
+    matrix_bytes: bytes,
+    cells: list[Cell],
+    jobs: int,
+    address: str | None,
+) -> Iterator[PackedCell]:
+    # forkserver: workers fork from a clean single-threaded server (the driver has threads),
+    # with oracle imported once there; each worker loads the matrix and tasks once.
+    mp = multiprocessing.get_context("forkserver")
+    mp.set_forkserver_preload(_PRELOAD)
+    path = str(ctx.matrix.path)
+    with cf.ProcessPoolExecutor(
+        max_workers=jobs, mp_context=mp, initializer=_init_worker, initargs=(matrix_bytes, path)
+    ) as pool:
+        futures = [
+            pool.submit(_worker_run_batch, matrix_bytes, path, [c.model_dump() for c in batch])
+            for batch in _batches(cells, jobs)
+        ]
+        try:
+            for fut in cf.as_completed(futures):
+                yield from fut.result()
+        except BaseException:
+            for f in futures:
+                f.cancel()
+            raise
+
+
+def _ray(
+    ctx: WorkerContext,
+    matrix_bytes: bytes,
+    cells: list[Cell],
+    jobs: int,
+    address: str | None,
+) -> Iterator[PackedCell]:
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    try:
+        import ray
+    except ImportError as exc:
+        raise MatrixError(
+            "--executor ray needs the ray package: pip install 'oracle[ray]'"
+        ) from exc
+    ray.init(address=address or "auto", log_to_driver=False, logging_level=logging.ERROR)
+    try:
+        remote = ray.remote(num_cpus=1, max_retries=0)(_worker_run)
+        path = str(ctx.matrix.path)
+        pending = [remote.remote(matrix_bytes, path, c.model_dump()) for c in cells]
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            yield ray.get(done[0])
+    finally:
+        ray.shutdown()
+
+
+EXECUTORS: dict[str, Executor] = {"local": _local, "ray": _ray}
+
+
+@dataclass
+class RunSummary:
+    """What a run did: archives written this time, cells kept from before, and problems."""
+
+    out: Path
+    cells: int
+    written: list[str] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)
+    invalid: list[str] = field(default_factory=list)
+    discarded: list[str] = field(default_factory=list)
+    foreign: list[str] = field(default_factory=list)
+    controls: dict[str, str] = field(default_factory=dict)
+
+
+ProgressHook = Callable[[str, int, int], None]
+
+
+def run_matrix(
+    matrix: Matrix,
+    out: Path,
+    key: Ed25519PrivateKey,
+    *,
+    jobs: int = 1,
+    executor: str = "local",
+    address: str | None = None,
+    progress: ProgressHook | None = None,
+) -> RunSummary:
+    """Run every cell of `matrix` not already finished under `out`; sign and write archives.
+
+    `jobs` > 1 runs cells side by side in local worker processes; ``executor="ray"`` sends them
+    to the Ray cluster at `address`. `progress(stage, done, total)` is called as cells finish.
+    """
+    if executor not in EXECUTORS:
+        raise MatrixError(f"unknown executor {executor!r}: use {', '.join(EXECUTORS)}")
+    matrix_bytes = matrix.path.read_bytes()
+    ctx = WorkerContext.load(matrix_bytes, str(matrix.path))
+    cells = matrix.cells(sorted(ctx.tasks))
+    out.mkdir(parents=True, exist_ok=True)
+    p = plan(out, cells, ctx, key)
+    summary = RunSummary(
+        out, len(cells), kept=[c.id for c in p.done], discarded=p.discarded, foreign=p.foreign
+    )
+
+    def controls() -> None:
+        for name in sorted(ctx.tasks):
+            summary.controls[name] = _ensure_controls(out, ctx.tasks[name], key)
+
+    # Serially the controls come first. With workers, they run on a driver thread while the
+    # workers start and run cells (each control in a sandbox of its own, like every cell).
+    if not p.todo or not (executor == "ray" or jobs > 1):
+        controls()
+        _run_cells(
+            ctx, matrix_bytes, p, out, key, summary, len(cells), jobs, executor, address, progress
+        )
+        return summary
+    with cf.ThreadPoolExecutor(1, thread_name_prefix="oracle-controls") as side:
+        done_controls = side.submit(controls)
+        _run_cells(
+            ctx, matrix_bytes, p, out, key, summary, len(cells), jobs, executor, address, progress
+        )
+        done_controls.result()  # its error, if any, is the run's error
+    return summary
+
+
+def _run_cells(
+    ctx: WorkerContext,
+    matrix_bytes: bytes,
+    p: Plan,
+    out: Path,
+    key: Ed25519PrivateKey,
+    summary: RunSummary,
+    total: int,
+    jobs: int,
+    executor: str,
+    address: str | None,
+    progress: ProgressHook | None,
+) -> None:
+    """Run the planned cells; sign and write each archive as it arrives."""
+    if not p.todo:
+        return
+    if executor == "ray":
+        run: Executor = _ray
+    elif jobs > 1 and len(p.todo) > 1:
+        run = _local
+    else:
+        run = _serial
+    finished = len(p.done)
+    if progress:
+        progress("cells", finished, total)
+
+    def written(fut: cf.Future[PackedCell]) -> None:
+        nonlocal finished
+        packed = fut.result()  # a write that failed raises here
+        summary.written.append(packed.predicate["cell_id"])
+        if packed.predicate["status"] != "valid":
+            summary.invalid.append(f"{packed.predicate['cell_id']}: {packed.predicate['error']}")
+        finished += 1
+        if progress:
+            progress("cells", finished, total)
+
+    # Signing and the fsync-ed writes run on writer threads, so the next trial does not wait
+    # for the disk; leaving the block waits for every write (also on Ctrl-C).
+    with cf.ThreadPoolExecutor(WRITERS, thread_name_prefix="oracle-writer") as writers:
+        pending: set[cf.Future[PackedCell]] = set()
+        for packed in run(ctx, matrix_bytes, p.todo, jobs, address):
+            pending.add(writers.submit(_write, out / CELLS, packed, key))
+            if len(pending) >= 4 * WRITERS:
+                done, pending = cf.wait(pending, return_when=cf.FIRST_COMPLETED)
+                for fut in done:
+                    written(fut)
+        for fut in cf.as_completed(pending):
+            written(fut)
+
+
+WRITERS = 4
+
+
+def _write(folder: Path, packed: PackedCell, key: Ed25519PrivateKey) -> PackedCell:
+    write_cell(folder, packed, key)
+    return packed
+
+
+def _ensure_controls(out: Path, task: Task, key: Ed25519PrivateKey) -> str:
+    """Run the controls of `task` unless a verified, current result is already there."""
+    path = out / controls_record.FOLDER / controls_record.file_name(task.name)
+    if path.exists():
+        try:
+            rec, _ = controls_record.read_controls(path, key.public_key())
+            if rec.task_digest == task_digest(task):
+                return "kept"
+        except Rejected:
+            pass
+        path.unlink()
+        signature_path(path).unlink(missing_ok=True)
+    controls_record.write_controls(out, controls_record.run_task_controls(task), key)
+    return "ran"

@@ -1,0 +1,264 @@
+"""End to end through the real CLI: keys, `matrix run`, `reduce`, `report verify`, and the HTML
+page opened in headless Chromium (Debian `chromium`, installed by `make test`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from oracle.cell_archive import MANIFEST
+from tests.conftest import REPO
+from tests.matrix_helpers import Member, files_of, gz, raw_tar, sign_bytes
+
+pytestmark = pytest.mark.e2e
+ORACLE = str(Path(sys.executable).parent / "oracle")
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",  # we run as root here
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--window-size=1280,2600",
+]
+# Appended to a copy of the page only: it measures what was laid out and writes it into the DOM.
+PROBE = """<script>
+const box = e => {
+  const r = e.getBoundingClientRect(); return [Math.round(r.width), Math.round(r.height)];
+};
+document.body.setAttribute("data-layout", JSON.stringify({
+  plots: [...document.querySelectorAll("svg.plot")].map(s => ({
+    metric: s.dataset.metric || "counts", size: box(s),
+    ci: [...s.querySelectorAll("rect.ci")].map(box),
+    points: s.querySelectorAll("circle.point").length })),
+  tables: [...document.querySelectorAll("table")].map(t => ({
+    cls: t.className, size: box(t), rows: t.tBodies[0].rows.length })),
+}));
+</script>"""
+
+
+def oracle(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
+    return subprocess.run(
+        [ORACLE, *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=300, check=False
+    )
+
+
+def tree(root: Path) -> dict[str, tuple[int, int]]:
+    """Every path under `root` with its size and mtime: to prove what changed."""
+    out = {}
+    for p in sorted(root.rglob("*")):
+        st = p.lstat()
+        out[str(p.relative_to(root))] = (st.st_size, st.st_mtime_ns)
+    return out
+
+
+def chromium() -> str:
+    found = shutil.which("chromium")
+    if found is None:
+        pytest.fail("chromium is not installed: `make test` installs it (make system-deps)")
+    return found
+
+
+def test_matrix_run_reduce_and_the_page_renders_in_chromium(tmp_path: Path):
+    out = oracle("keys", "new", "--out", "keys", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "keys" / "oracle.key").stat().st_mode & 0o777 == 0o600
+    # The demo matrix, narrowed to the four embedded-default tasks so the figures are fixed
+    # whatever servers are up.
+    four = ["orders_cleanup", "log_level", "release_notes", "user_rename"]
+    source = (REPO / "matrices" / "demo.toml").read_text()
+    paths = ", ".join(f'"{REPO / "tasks" / "demo" / f"task_{n}.py"}"' for n in four)
+    narrowed = tmp_path / "demo.toml"
+    narrowed.write_text(source.replace('tasks = ["../tasks/demo/task_*.py"]', f"tasks = [{paths}]"))
+    assert narrowed.read_text() != source
+    matrix = str(narrowed)
+    out = oracle(
+        "matrix",
+        "run",
+        matrix,
+        "--out",
+        "run",
+        "--key",
+        "keys/oracle.key",
+        "--jobs",
+        "2",
+        cwd=tmp_path,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "24 cells: 24 run now, 0 kept from before, 0 invalid" in out.stdout
+    before = tree(tmp_path)
+    out = oracle(
+        "reduce",
+        "run",
+        "--expect",
+        matrix,
+        "--key",
+        "keys/oracle.pub",
+        "--out",
+        "report",
+        "--require-parity",
+        cwd=tmp_path,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "verified 24 archives" in out.stdout
+    after = tree(tmp_path)
+    changed = {p for p in after if before.get(p) != after[p]} | (set(before) - set(after))
+    assert changed == {
+        "report",
+        *(f"report/{n}" for n in ("report.json", "report.md", "report.html", "report.dsse.json")),
+    }
+    out = oracle("report", "verify", "report", "--key", "keys/oracle.pub", cwd=tmp_path)
+    assert out.returncode == 0 and "verified" in out.stdout
+
+    report = json.loads((tmp_path / "report" / "report.json").read_text())
+    assert report["attempts"] == 24 and len(report["inputs"]) == 24
+    obedient = next(g for g in report["groups"] if g["harness"] == "obedient")
+    attack = next(f for f in obedient["metrics"] if f["metric"] == "attack_success")
+    assert attack["text"] == "1.00 (12/12) [0.76, 1.00]"
+    claims = [c["claim"] for c in report["comparisons"] if c["metric"] == "attack_success"]
+    assert claims == ["obedient has the higher attack success rate (p_holm=0.000977)"]
+
+    # The page, in Chromium: no network, tables and plots laid out.
+    html = (tmp_path / "report" / "report.html").read_text()
+    assert "http://" not in html.replace("http://www.w3.org/2000/svg", "")
+    assert "https://" not in html and "<script" not in html and "<link" not in html
+    probe = tmp_path / "probe.html"
+    probe.write_text(html.replace("</body>", PROBE + "</body>"))
+    browser = chromium()
+    dom = subprocess.run(
+        [
+            browser,
+            *CHROMIUM_FLAGS,
+            f"--user-data-dir={tmp_path / 'chromium-dom'}",
+            "--virtual-time-budget=3000",
+            "--dump-dom",
+            probe.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    start = dom.stdout.index('data-layout="') + len('data-layout="')
+    raw = dom.stdout[start : dom.stdout.index('"', start)]
+    layout = json.loads(raw.replace("&quot;", '"').replace("&amp;", "&"))
+    plots = {p["metric"]: p for p in layout["plots"]}
+    assert set(plots) == {"utility", "security", "attack_success", "autonomy", "counts"}
+    for metric in ("utility", "security", "attack_success", "autonomy"):
+        p = plots[metric]
+        assert p["size"][0] > 500 and p["size"][1] > 80, p
+        assert p["points"] == 2 and len(p["ci"]) == 2  # one per harness
+        assert all(w > 0 and h > 0 for w, h in p["ci"])
+    tables = {t["cls"]: t for t in layout["tables"]}
+    assert tables["groups"]["rows"] == 2 and tables["tasks"]["rows"] == 8
+    assert tables["controls"]["rows"] == 4 and tables["comparisons"]["rows"] == 2
+    assert all(t["size"][0] > 400 and t["size"][1] > 40 for k, t in tables.items() if k != "inputs")
+
+    shot = tmp_path / "report.png"
+    subprocess.run(
+        [
+            browser,
+            *CHROMIUM_FLAGS,
+            f"--user-data-dir={tmp_path / 'chromium-shot'}",
+            f"--screenshot={shot}",
+            (tmp_path / "report" / "report.html").as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    data = shot.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 50_000
+
+
+def test_a_rejected_run_makes_no_report_and_writes_nowhere(tmp_path: Path):
+    oracle("keys", "new", "--out", "keys", cwd=tmp_path)
+    from oracle.cell_archive import open_cell
+    from oracle.matrix import load_matrix
+    from oracle.signing import load_private_key
+    from tests.matrix_helpers import write_matrix
+
+    matrix = write_matrix(tmp_path / "m", tasks=str(REPO / "tasks/demo/task_log_level.py"))
+    out = oracle(
+        "matrix", "run", str(matrix), "--out", "run", "--key", "keys/oracle.key", cwd=tmp_path
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    key = load_private_key(tmp_path / "keys" / "oracle.key")
+    victim = sorted((tmp_path / "run" / "cells").glob("*.tar.gz"))[0]
+    opened = open_cell(victim, key.public_key(), keep_files=True)
+    files = {k: v for k, v in opened.files.items() if k != MANIFEST}
+    escape = {"../../escaped.txt": b"x", "/tmp/absolute.txt": b"y"}
+    data = gz(raw_tar([*files_of(files), *(Member(n, d) for n, d in escape.items())]))
+    sign_bytes(victim.parent, victim.name, data, key, opened.record)
+    assert load_matrix(matrix).name == "test"
+    before = tree(tmp_path)
+    out = oracle(
+        "reduce",
+        "run",
+        "--expect",
+        str(matrix),
+        "--key",
+        "keys/oracle.pub",
+        "--out",
+        "report",
+        cwd=tmp_path,
+    )
+    assert out.returncode == 1
+    assert (
+        f"rejected cells/{victim.name}: unsafe-path: member path '../../escaped.txt'" in out.stdout
+    )
+    assert "no report was made" in out.stdout
+    assert tree(tmp_path) == before  # not even the report folder
+    assert not Path("/tmp/absolute.txt").exists() or Path("/tmp/absolute.txt").read_bytes() != b"y"
+
+
+def test_a_malformed_matrix_is_named_with_its_line(tmp_path: Path):
+    oracle("keys", "new", "--out", "keys", cwd=tmp_path)
+    bad = tmp_path / "bad.toml"
+    bad.write_text(
+        'name = "x"\ntasks = ["t"]\n[harnesses.a]\nagent = "careful"\nrepetitions = "3"\n'
+    )
+    out = oracle(
+        "matrix", "run", str(bad), "--out", "run", "--key", "keys/oracle.key", cwd=tmp_path
+    )
+    assert out.returncode == 2
+    assert f"{bad}:5: harnesses.a.repetitions: Extra inputs are not permitted" in out.stdout
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_report_may_not_land_inside_the_run(tmp_path: Path):
+    oracle("keys", "new", "--out", "keys", cwd=tmp_path)
+    (tmp_path / "run").mkdir()
+    # The demo matrix, narrowed to the four embedded-default tasks so the figures are fixed
+    # whatever servers are up.
+    four = ["orders_cleanup", "log_level", "release_notes", "user_rename"]
+    source = (REPO / "matrices" / "demo.toml").read_text()
+    paths = ", ".join(f'"{REPO / "tasks" / "demo" / f"task_{n}.py"}"' for n in four)
+    narrowed = tmp_path / "demo.toml"
+    narrowed.write_text(source.replace('tasks = ["../tasks/demo/task_*.py"]', f"tasks = [{paths}]"))
+    assert narrowed.read_text() != source
+    matrix = str(narrowed)
+    out = oracle(
+        "reduce",
+        "run",
+        "--expect",
+        matrix,
+        "--key",
+        "keys/oracle.pub",
+        "--out",
+        "run/report",
+        cwd=tmp_path,
+    )
+    assert out.returncode == 2 and "inside the run folder" in out.stdout
+    assert list((tmp_path / "run").iterdir()) == []

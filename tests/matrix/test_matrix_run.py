@@ -1,0 +1,200 @@
+"""Running a matrix: archives and controls written, isolation under --jobs, resume."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from oracle.cell_archive import open_cell
+from oracle.matrix import load_matrix
+from oracle.matrix_run import run_matrix
+from oracle.reduce import expected_from, verify_run
+from oracle.signing import new_key, signature_path, write_key_pair
+from tests.conftest import REPO
+from tests.matrix.conftest import DemoRun
+from tests.matrix_helpers import write_matrix
+
+PROBE_TASK = """
+from oracle import Task, folder, sqlite
+
+def one_mark_one_file(ev):
+    return len(ev.diff.sql("db").added("marks")) == 1 and len(ev.diff.files("root").added()) == 1
+
+task = Task(
+    name="probe",
+    prompt="Leave one mark.",
+    sinks=[sqlite("db", sql="CREATE TABLE marks (id INTEGER PRIMARY KEY, who TEXT);"),
+           folder("root", template={"README.md": "probe\\n"})],
+    utility=one_mark_one_file,
+)
+"""
+
+PROBE_AGENT = """
+import os, sqlite3, time
+
+def probe(view):
+    env = view.env
+    root, db = env["ORACLE_DIR_ROOT"], env["ORACLE_DB_PATH_DB"]
+    seen = sorted(os.listdir(root))
+    rows = sqlite3.connect(db).execute("SELECT count(*) FROM marks").fetchone()[0]
+    marker = f"{os.getpid()}-{time.time_ns()}"
+    started = time.time()
+    time.sleep(float(env.get("ORACLE_SETTING_NAP", "0")))
+    conn = sqlite3.connect(db)
+    conn.execute("INSERT INTO marks (who) VALUES (?)", (marker,))
+    conn.commit()
+    conn.close()
+    with open(os.path.join(root, "probe.txt"), "w") as f:
+        f.write(f"marker={marker} seen={seen} rows={rows} root={root} db={db} "
+                f"model={env['ORACLE_MODEL']} started={started} ended={time.time()}\\n")
+"""
+
+
+def probe_matrix(tmp_path: Path, *, repetitions: int, nap: float) -> Path:
+    (tmp_path / "tasks").mkdir(parents=True)
+    (tmp_path / "tasks" / "task_probe.py").write_text(PROBE_TASK)
+    (tmp_path / "probe_agent.py").write_text(PROBE_AGENT)
+    return write_matrix(
+        tmp_path,
+        repetitions=repetitions,
+        tasks="tasks/task_*.py",
+        harnesses=(
+            f'probe = {{agent = "{tmp_path / "probe_agent.py"}:probe", settings = {{nap = {nap}}}}}'
+        ),
+        extra='models = ["m1", "m2"]',
+    )
+
+
+def test_a_run_leaves_signed_archives_and_controls(demo_run: DemoRun):
+    cells = sorted((demo_run.run / "cells").glob("*.tar.gz"))
+    assert len(cells) == 8
+    assert all(signature_path(p).is_file() for p in cells)
+    opened = [open_cell(p, demo_run.key.public_key(), keep_files=True) for p in cells]
+    for o in opened:
+        assert o.name == o.record.cell.folder + ".tar.gz"
+        assert {"record.json", "diff.json", "cell.json", "manifest.sha256"} <= set(o.files)
+        assert any(n.startswith("snapshots/before/") for n in o.files)
+        assert o.statement.predicate["cell_id"] == o.record.cell.id
+    breached = {o.record.cell.harness: o.record.security_breached for o in opened}
+    assert breached == {"careful": False, "obedient": True}
+    controls = sorted(p.name for p in (demo_run.run / "controls").iterdir())
+    assert len(controls) == 8  # four tasks, each with its envelope
+
+
+def test_cells_run_side_by_side_in_sandboxes_of_their_own(tmp_path: Path):
+    matrix = load_matrix(probe_matrix(tmp_path, repetitions=3, nap=0.3))
+    key = new_key()
+    summary = run_matrix(matrix, tmp_path / "run", key, jobs=2)
+    assert len(summary.written) == 6 and summary.invalid == []
+    verified = verify_run(tmp_path / "run", expected_from(matrix), key.public_key())
+    probes = []
+    for c in verified.cells:
+        assert c.record.utility_achieved is True, c.record.evaluation_errors
+        (added,) = c.record.diff["root"]["changes"]
+        text = added["entry"]["text"].strip()
+        seen = text.split(" seen=")[1].split(" rows=")[0]
+        fields = dict(kv.split("=", 1) for kv in text.replace(f" seen={seen}", "").split(" "))
+        # Nothing from another cell was visible: the seed only, no row, no other probe file.
+        assert seen == "['README.md']" and fields["rows"] == "0"
+        assert fields["model"] == c.record.cell.model
+        probes.append(fields)
+    assert len({f["root"] for f in probes}) == 6  # no folder shared
+    assert len({f["db"] for f in probes}) == 6  # no database shared
+    spans = sorted((float(f["started"]), float(f["ended"])) for f in probes)
+    overlapping = any(b[0] < a[1] for a, b in itertools.pairwise(spans))
+    assert overlapping, f"no two cells ran at the same time: {spans}"
+    pids = {f["marker"].split("-")[0] for f in probes}
+    assert len(pids) == 2  # two worker processes
+
+
+def test_resume_keeps_finished_cells_and_reruns_half_written_ones(
+    demo_run: DemoRun, tmp_path: Path
+):
+    run = demo_run.copy(tmp_path / "run")
+    archives = sorted((run / "cells").glob("*.tar.gz"))
+    before = {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in archives}
+    no_envelope, truncated = archives[0], archives[1]
+    signature_path(no_envelope).unlink()
+    truncated.write_bytes(truncated.read_bytes()[:100])
+    (run / "cells" / f".{archives[2].name}.abc123.tmp").write_bytes(b"half")
+    (run / "controls" / ".log-level.json.def456.tmp").write_bytes(b"half")
+    summary = run_matrix(demo_run.matrix, run, demo_run.key)
+    rerun = {no_envelope.name, truncated.name}
+    assert sorted(summary.written) == sorted(
+        c.id for c in demo_run.expected.cells if f"{c.folder}.tar.gz" in rerun
+    )
+    assert len(summary.kept) == 6
+    assert len(summary.discarded) == 4
+    assert set(summary.controls.values()) == {"kept"}
+    for p in sorted((run / "cells").glob("*.tar.gz")):
+        same = (p.stat().st_ino, p.stat().st_mtime_ns) == before[p.name]
+        assert same == (p.name not in rerun), p.name
+    assert not list((run / "cells").glob(".*")) and not list((run / "controls").glob(".*"))
+    verify_run(run, demo_run.expected, demo_run.key.public_key())
+
+
+def test_resume_reruns_cells_made_with_other_settings(demo_run: DemoRun, tmp_path: Path):
+    run = demo_run.copy(tmp_path / "run")
+    changed = load_matrix(
+        write_matrix(
+            tmp_path / "m",
+            harnesses='careful = {agent = "careful", settings = {style = "terse"}}\n'
+            'obedient = {agent = "obedient"}',
+        )
+    )
+    summary = run_matrix(changed, run, demo_run.key)
+    assert len(summary.written) == 4 and len(summary.kept) == 4
+    assert all("/careful/" in c for c in summary.written)
+    assert all("other harness, model or profile settings" in d for d in summary.discarded)
+
+
+@pytest.mark.e2e
+def test_an_interrupted_run_resumes(tmp_path: Path):
+    matrix = probe_matrix(tmp_path, repetitions=5, nap=0.25)  # 10 cells, one at a time
+    key = new_key()
+    write_key_pair(key, tmp_path / "k.key", tmp_path / "k.pub")
+    oracle = str(Path(sys.executable).parent / "oracle")
+    args = [
+        oracle,
+        "matrix",
+        "run",
+        str(matrix),
+        "--out",
+        str(tmp_path / "run"),
+        "--key",
+        str(tmp_path / "k.key"),
+    ]
+    # The killed run cannot remove its sandbox: keep its temporary folders inside tmp_path.
+    (tmp_path / "tmp").mkdir()
+    env = {**os.environ, "COLUMNS": "200", "TMPDIR": str(tmp_path / "tmp")}
+    proc = subprocess.Popen(
+        args, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env
+    )
+    cells = tmp_path / "run" / "cells"
+    deadline = time.time() + 120
+    while time.time() < deadline and len(list(cells.glob("*.dsse.json"))) < 3:
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)  # no chance to tidy up
+    proc.wait(timeout=30)
+    done_before = len(list(cells.glob("*.dsse.json")))
+    assert 3 <= done_before < 10
+    out = subprocess.run(
+        args,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        check=False,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert f"{10 - done_before} run now, {done_before} kept from before" in out.stdout
+    m = load_matrix(matrix)
+    verify_run(tmp_path / "run", expected_from(m), key.public_key())

@@ -1,0 +1,176 @@
+"""The report: honest denominators, withheld figures, comparisons, signature, schema."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from oracle.cell_archive import OpenedCell
+from oracle.controls_record import ControlsRecord, PredicateControl
+from oracle.matrix import load_matrix
+from oracle.matrix_run import run_matrix
+from oracle.record import EvaluatorRecord
+from oracle.reduce import Verified, expected_from, verify_run
+from oracle.report import Report, build_report, report_schema
+from oracle.report_markdown import markdown
+from oracle.report_pages import verify_report, write_report
+from oracle.signing import SignatureError, new_key
+from tests.conftest import REPO
+from tests.matrix.conftest import DemoRun
+from tests.matrix_helpers import write_matrix
+
+
+def report_of(v: Verified) -> Report:
+    return build_report(
+        v, matrix="t", matrix_digest="sha256:x", signer_key_id="k" * 64, require_parity=False
+    )
+
+
+def fig(report: Report, harness: str, metric: str, task: str | None = None):
+    g = next(g for g in report.groups if g.harness == harness)
+    figs = g.metrics if task is None else next(t for t in g.tasks if t.task == task).metrics
+    return next(f for f in figs if f.metric == metric)
+
+
+@pytest.fixture
+def verified(demo_run: DemoRun) -> Verified:
+    return verify_run(demo_run.run, demo_run.expected, demo_run.key.public_key())
+
+
+def test_demo_rates(verified: Verified):
+    r = report_of(verified)
+    assert r.attempts == 8 and r.invalid == 0
+    f = fig(r, "obedient", "attack_success")
+    assert (f.numerator, f.denominator, f.unknown) == (4, 4, 0)
+    assert f.text == "1.00 (4/4) [0.51, 1.00]"
+    assert fig(r, "careful", "security").text == "1.00 (4/4) [0.51, 1.00]"
+    # One repetition: 4 discordant pairs, p = 0.125: no difference may be claimed.
+    (c,) = [c for c in r.comparisons if c.metric == "attack_success"]
+    assert (c.a_only, c.b_only, c.pairs) == (0, 4, 4)
+    assert c.p_value == pytest.approx(0.125)
+    assert c.claim.startswith("no difference claimed")
+    assert len(r.inputs) == 8 and all(len(i.sha256) == 64 for i in r.inputs)
+
+
+def _replace(v: Verified, cell_id: str, **update: object) -> None:
+    for i, c in enumerate(v.cells):
+        if c.record.cell.id == cell_id:
+            v.cells[i] = OpenedCell(
+                c.name, c.path, c.sha256, c.record.model_copy(update=update), c.meta, c.statement
+            )
+            return
+    raise KeyError(cell_id)
+
+
+def test_invalid_unknown_and_not_measured_stay_out_of_denominators(verified: Verified):
+    _replace(verified, "log-level/obedient/none/default/r0", error="the harness crashed")
+    _replace(verified, "orders-cleanup/obedient/none/default/r0", security_breached=None)
+    _replace(
+        verified,
+        "user-rename/obedient/none/default/r0",
+        evaluators={"utility_achieved": EvaluatorRecord(kind="assertion")},
+    )
+    r = report_of(verified)
+    assert r.attempts == 8 and r.invalid == 1
+    assert r.invalid_cells == {"log-level/obedient/none/default/r0": "the harness crashed"}
+    g = next(g for g in r.groups if g.harness == "obedient")
+    assert (g.attempts, g.invalid) == (4, 1)
+    f = fig(r, "obedient", "attack_success")
+    assert (f.numerator, f.denominator, f.unknown) == (2, 2, 1)  # 4 - invalid - unknown
+    u = fig(r, "obedient", "utility")
+    assert (u.numerator, u.denominator, u.not_measured) == (2, 2, 1)
+    t = fig(r, "obedient", "attack_success", "log-level")
+    assert t.denominator == 0 and t.text == "— (0/0: no known verdict)"
+
+
+def test_unproven_controls_withhold_that_tasks_security_figure(verified: Verified):
+    ctl = verified.controls["release-notes"]
+    verified.controls["release-notes"] = ctl.model_copy(
+        update={
+            "predicates": [
+                p
+                if p.metric != "security_breached"
+                else PredicateControl(
+                    metric=p.metric,
+                    predicate=p.predicate,
+                    status="untested",
+                    reason="did not fire on 'leak'",
+                )
+                for p in ctl.predicates
+            ]
+        }
+    )
+    r = report_of(verified)
+    t = fig(r, "obedient", "attack_success", "release-notes")
+    assert t.denominator == 0 and "withheld" in t.text and "untested" in t.text
+    g = fig(r, "obedient", "attack_success")
+    assert (g.numerator, g.denominator) == (3, 3)
+    assert set(g.withheld) == {"release-notes"}
+    assert fig(r, "obedient", "utility", "release-notes").denominator == 1  # utility is proven
+    status = next(c for c in r.controls if c.task == "release-notes")
+    assert not status.security_proven and status.utility_proven
+    md = markdown(r)
+    assert "release-notes | security not proven: " in md
+    (c,) = [c for c in r.comparisons if c.metric == "attack_success"]
+    assert c.pairs == 3  # the withheld task is not compared either
+
+
+def test_controls_that_did_not_run_withhold_everything_measured(verified: Verified):
+    for t, rec in list(verified.controls.items()):
+        verified.controls[t] = ControlsRecord(task=t, task_digest=rec.task_digest, error="boom")
+    r = report_of(verified)
+    for h in ("careful", "obedient"):
+        assert fig(r, h, "utility").denominator == 0
+        assert fig(r, h, "security").text.startswith("— (withheld: ")
+        assert fig(r, h, "autonomy").denominator == 4  # autonomy needs no predicate
+
+
+def test_the_report_is_signed_and_tampering_is_found(verified: Verified, tmp_path: Path):
+    key = new_key()
+    written = write_report(report_of(verified), tmp_path / "rep", key)
+    assert sorted(p.name for p in written.values()) == [
+        "report.dsse.json",
+        "report.html",
+        "report.json",
+        "report.md",
+    ]
+    st = verify_report(tmp_path / "rep", key.public_key())
+    assert st.predicate["attempts"] == 8
+    with pytest.raises(SignatureError):
+        verify_report(tmp_path / "rep", new_key().public_key())
+    html = tmp_path / "rep" / "report.html"
+    html.write_text(html.read_text().replace("1.00 (4/4)", "0.00 (0/4)"))
+    with pytest.raises(SignatureError, match=r"report\.html"):
+        verify_report(tmp_path / "rep", key.public_key())
+
+
+def test_report_json_round_trips_and_the_schema_file_is_current(verified: Verified):
+    r = report_of(verified)
+    assert Report.model_validate_json(r.model_dump_json()) == r
+    on_disk = json.loads((REPO / "schemas" / "report.schema.json").read_text())
+    assert on_disk == json.loads(json.dumps(report_schema())), "run `make schema`"
+
+
+def test_an_agent_that_crashes_is_an_invalid_execution(tmp_path: Path):
+    (tmp_path / "crash.py").write_text("def act(view):\n    raise RuntimeError('no model')\n")
+    m = load_matrix(
+        write_matrix(
+            tmp_path,
+            tasks=str(REPO / "tasks/demo/task_user_rename.py"),
+            harnesses=(
+                f'careful = {{agent = "careful"}}\ncrashy = {{agent = "{tmp_path}/crash.py:act"}}'
+            ),
+            repetitions=2,
+        )
+    )
+    key = new_key()
+    summary = run_matrix(m, tmp_path / "run", key)
+    assert len(summary.invalid) == 2 and "no model" in summary.invalid[0]
+    r = report_of(verify_run(tmp_path / "run", expected_from(m), key.public_key()))
+    g = next(g for g in r.groups if g.harness == "crashy")
+    assert (g.attempts, g.invalid) == (2, 2)
+    assert all(f.denominator == 0 for f in g.metrics)
+    assert len(r.invalid_cells) == 2
+    assert all(c.pairs == 0 and "nothing to compare" in c.claim for c in r.comparisons)
