@@ -205,5 +205,6 @@ def _kill_group(pid: int | None) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
-def noop(view: SandboxView) -> None:
-    """An agent that does nothing (the no-op control)."""
+def noop(view: SandboxView) -> str:
+    """An agent that does nothing (the no-op control): it publishes an empty reply."""
+    return ""

@@ -14,6 +14,11 @@ three byte alignments, so a secret inside a larger encoded blob is found too); `
 ``quoted-printable`` (soft line breaks included). Whitespace is ignored inside base64, base32
 and hex, so text wrapped at 76 columns is still found.
 
+A search that finds nothing while some change holds content that was not kept whole (a file
+over the sink's text limit, a request body past the recorder's cap, a message that did not
+arrive whole, a reply cut at the capture limit) raises `IncompleteEvidenceError`: the
+predicate's metric is then unknown, never "not leaked".
+
 Only what a change *brought in* counts: for a changed value, the secret must occur more often
 (in that encoding) after than before. The base64/base32 forms of a secret shorter than
 `MIN_ENCODED` bytes are not searched (too short to mean anything); its raw form always is.
@@ -33,7 +38,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 from urllib.parse import unquote_to_bytes
 
-from oracle.diff import Change
+from oracle.diff import Change, IncompleteEvidenceError
 
 if TYPE_CHECKING:
     from oracle.diff import Diff
@@ -169,6 +174,14 @@ def search(
     needles = Needles(secret)
     pairs = [(name, d.changes) for name, d in diff.items()] if hasattr(diff, "items") else diff
     hits: list[CanaryHit] = []
+    unseen: list[str] = []
     for name, changes in pairs:
         hits.extend(search_changes(name, changes, needles))
+        unseen.extend(f"sink {name!r}: {why}" for c in changes if (why := c.unseen()))
+    if not hits and unseen:
+        # Found nowhere it could look, but it could be where it could not: not "absent".
+        raise IncompleteEvidenceError(
+            "the secret is not in the kept content, but some content was not kept whole, so "
+            "its absence cannot be established: " + "; ".join(unseen)
+        )
     return hits

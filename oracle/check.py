@@ -58,6 +58,66 @@ FORBIDDEN_MODULES = frozenset(
         "sys",
         "inspect",
         "gc",
+        # More ways to the files, processes and network outside the evidence.
+        "codecs",
+        "posix",
+        "nt",
+        "_io",
+        "mmap",
+        "fcntl",
+        "pty",
+        "resource",
+        "signal",
+        "select",
+        "selectors",
+        "ssl",
+        "ftplib",
+        "smtplib",
+        "imaplib",
+        "poplib",
+        "telnetlib",
+        "xmlrpc",
+        "marshal",
+        "zipfile",
+        "tarfile",
+        "gzip",
+        "bz2",
+        "lzma",
+        "dbm",
+        "fileinput",
+        "linecache",
+        "runpy",
+        "code",
+        "pdb",
+        "_thread",
+        "concurrent",
+        "docker",
+        "mailbox",
+    }
+)
+#: Dunder attributes that lead from any object back to globals, code and builtins.
+FORBIDDEN_DUNDERS = frozenset(
+    {
+        "__globals__",
+        "__code__",
+        "__closure__",
+        "__dict__",
+        "__class__",
+        "__subclasses__",
+        "__builtins__",
+        "__getattribute__",
+        "__reduce__",
+        "__reduce_ex__",
+        "__mro__",
+        "__bases__",
+        "__base__",
+        "__func__",
+        "__self__",
+        "__wrapped__",
+        "__import__",
+        "__loader__",
+        "__spec__",
+        "__init_subclass__",
     }
 )
 FORBIDDEN_BUILTINS = frozenset(
@@ -169,6 +229,15 @@ def check_predicate(
     builtin_names = set(builtins_ns if isinstance(builtins_ns, dict) else vars(builtins_ns))
 
     for c in _codes(code):
+        for ins in dis.get_instructions(c):
+            if ins.opname == "IMPORT_NAME" and isinstance(ins.argval, str):
+                root = ins.argval.split(".")[0]
+                if root in FORBIDDEN_MODULES:
+                    refuse(f"imports {ins.argval!r}: predicates read the evidence only")
+            elif ins.opname in ("LOAD_ATTR", "LOAD_METHOD", "STORE_ATTR") and (
+                ins.argval in FORBIDDEN_DUNDERS
+            ):
+                refuse(f"reaches for {ins.argval!r}, a way around the evidence")
         for word in (*c.co_names, *c.co_varnames, *c.co_freevars):
             if CLAIM_WORDS.search(word):
                 refuse(f"uses the name {word!r}, a word of the agent's own account")
@@ -207,6 +276,15 @@ def check_predicate(
             for attr in _attr_chains(c, param):
                 if attr not in EVIDENCE_ATTRS:
                     refuse(f"reads evidence.{attr}, which evidence does not have")
+    for default in (
+        *(getattr(fn, "__defaults__", None) or ()),
+        *(getattr(fn, "__kwdefaults__", None) or {}).values(),
+    ):
+        if not _constant(default) and not isinstance(default, types.FunctionType):
+            refuse(
+                f"has a default argument of type {type(default).__name__}, state outside the "
+                "evidence; only immutable data may be captured"
+            )
     for cell_name, cell in zip(
         code.co_freevars, getattr(fn, "__closure__", None) or (), strict=False
     ):
@@ -245,3 +323,17 @@ def check_task(task: Task) -> list[CheckIssue]:
             for name, fn in evaluator.predicates:
                 issues.extend(check_predicate(task.name, name, fn))
     return issues
+
+
+def refusals(task: Task) -> dict[str, str]:
+    """``{predicate: why}`` for the predicates of `task` that `oracle check` refuses; computed
+    once per task object. Trials use it, so a refused predicate is an error (its metric
+    unknown) however the trial is run: CLI, library, pytest, Inspect."""
+    cached: dict[str, str] | None = getattr(task, "_oracle_refusals", None)
+    if cached is None:
+        cached = {}
+        for issue in check_task(task):
+            name = issue.predicate.split(" → ", 1)[0]
+            cached.setdefault(name, issue.message)
+        object.__setattr__(task, "_oracle_refusals", cached)
+    return cached

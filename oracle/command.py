@@ -147,6 +147,12 @@ class CommandAgent:
         env.update(view.env)
         return env
 
+    def _harness_failed(self, why: str) -> AgentError:
+        """The harness could not set the run up (no bubblewrap, no namespace): the run broke,
+        an execution error, not an agent that failed to start."""
+        run = RunRecord(Invocation.not_started("command", self.name, why))
+        return AgentError(f"agent {self.name!r} could not be run: {why}", run)
+
     def _not_started(self, why: str) -> RunRecord:
         return RunRecord(Invocation.not_started("command", self.name, why))
 
@@ -164,8 +170,10 @@ class CommandAgent:
         try:
             bwrap_path()
         except BwrapMissingError as exc:
-            return self._not_started(str(exc))
+            raise self._harness_failed(str(exc)) from exc
         readable = [Path(env[k]) for k in ("ORACLE_PROMPT_FILE", "SSL_CERT_FILE") if k in env]
+        if view.shared_dir is not None:
+            readable.append(view.shared_dir)  # the prompt and the CA certificates
         workdir = Path(env["ORACLE_TASK_ROOT"]) if "ORACLE_TASK_ROOT" in env else view.agent_dir
         policy = BwrapPolicy(
             writable=(view.agent_dir,) if view.agent_dir else (),
@@ -177,7 +185,7 @@ class CommandAgent:
             jail = NetworkJail(expose=exposed_endpoints(env))
             jail.open()
         except JailError as exc:
-            return self._not_started(f"the network namespace could not be made: {exc}")
+            raise self._harness_failed(f"the network namespace could not be made: {exc}") from exc
         try:
             argv = [*jail.command_prefix(), *bwrap_argv(policy, command)]
             return self._execute(argv, env, view, jail)

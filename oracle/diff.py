@@ -13,6 +13,7 @@ that read like sentences::
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, TypeVar
 
 from pydantic import BaseModel, ConfigDict
@@ -45,6 +46,11 @@ class Content(NamedTuple):
     field: str
     value: str | bytes
     before: str | bytes | None = None
+
+
+class IncompleteEvidenceError(RuntimeError):
+    """A question the kept evidence cannot answer: what would answer it was not kept whole.
+    A predicate that meets it is an error, so its metric is unknown rather than false."""
 
 
 class Change(BaseModel):
@@ -82,6 +88,12 @@ class Change(BaseModel):
         """The text content this change added or changed (for searches across sinks)."""
         return iter(())
 
+    def unseen(self) -> str | None:
+        """What this change brought in that was not kept whole (a file over the text limit, a
+        request body past its cap, a message that did not arrive whole), so that no search can
+        tell what it holds; None when everything it brought in is kept."""
+        return None
+
     def contents(self) -> Iterator[Content]:
         """The content this change added or changed, field by field (text or bytes). By
         default the `texts`, as field ``"text"``; sinks override it to name their fields."""
@@ -115,8 +127,18 @@ class SinkDiff:
     kind: ClassVar[str] = "generic"
 
     def __init__(self, sink: str, changes: Sequence[Change]) -> None:
-        self.sink = sink
-        self.changes: tuple[Change, ...] = tuple(changes)
+        self._sink = sink
+        self._changes: tuple[Change, ...] = tuple(changes)
+
+    # Read-only: every predicate is handed the same diff, so none may change what the next
+    # one sees.
+    @property
+    def sink(self) -> str:
+        return self._sink
+
+    @property
+    def changes(self) -> tuple[Change, ...]:
+        return self._changes
 
     def __bool__(self) -> bool:
         return bool(self.changes)
@@ -186,8 +208,13 @@ class Diff(Mapping[str, SinkDiff]):
     def __init__(
         self, sinks: Mapping[str, SinkDiff], failed: Mapping[str, str] | None = None
     ) -> None:
-        self._sinks = dict(sorted(sinks.items()))
-        self.failed = dict(failed or {})
+        self._sinks = MappingProxyType(dict(sorted(sinks.items())))
+        self._failed = MappingProxyType(dict(failed or {}))
+
+    @property
+    def failed(self) -> Mapping[str, str]:
+        """Sinks with no diff, and why (their observation failed)."""
+        return self._failed
 
     def __getitem__(self, sink: str) -> SinkDiff:
         try:

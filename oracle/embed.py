@@ -161,7 +161,9 @@ class EmbeddedSandbox:
         """Steps 5–8 on what the harness captured.
 
         Pass a whole `RunRecord`, or its parts: the harness's `invocation` record (by default
-        one agent step named ``run`` that succeeded, or failed with `error`), the `reply`
+        one agent step named ``run`` that succeeded, or failed with `error`, as soon as the
+        harness hands over anything of its run — with nothing at all, no agent step is
+        recorded and autonomy is unknown), the `reply`
         the agent published (boundary evidence), its `final_message` (a claim, never
         evidence), the `tool_calls` it recorded (or those of `record_tools`) and `logs`.
         `error` also marks the run as an execution error.
@@ -202,17 +204,32 @@ class EmbeddedSandbox:
         invocation: Invocation | None,
     ) -> RunRecord:
         name = agent or self._agent
+        if tool_calls is None and self._log is not None:
+            tool_calls = list(self._log.calls)
         if invocation is None:
+            # The harness's word that its agent ran is what it hands over: a named agent, its
+            # reply or message, its calls, or an error. Handing over nothing at all records no
+            # agent step, so autonomy is unknown rather than assumed.
+            reported = (
+                agent is not None
+                or reply is not None
+                or final_message is not None
+                or tool_calls is not None
+                or error is not None
+            )
+            steps = (
+                [Step(name="run", outcome="failed" if error else "succeeded", error=error)]
+                if reported
+                else []
+            )
             invocation = Invocation(
                 adapter="embedded",
                 agent=name,
                 started=True,
-                steps=[Step(name="run", outcome="failed" if error else "succeeded", error=error)],
+                steps=steps,
                 started_at=self._begun_at,
                 finished_at=time.time(),
             )
-        if tool_calls is None and self._log is not None:
-            tool_calls = list(self._log.calls)
         return RunRecord(
             invocation,
             reply=reply.encode("utf-8") if isinstance(reply, str) else reply,

@@ -62,7 +62,7 @@ class Evidence:
     - ``task``: what the author wrote (prompt, injection text, secrets)
     """
 
-    __slots__ = ("_after", "_before", "_diff", "_harness", "_read", "_task")
+    __slots__ = ("__after", "__before", "__diff", "__harness", "__read", "__task")
 
     def __init__(
         self,
@@ -73,62 +73,65 @@ class Evidence:
         harness: HarnessRecords,
         task: TaskFacts,
     ) -> None:
-        self._diff = diff
-        self._before = before
-        self._after = after
-        self._harness = harness
-        self._task = task
-        self._read: set[str] = set()
+        self.__diff = diff
+        self.__before = before
+        self.__after = after
+        self.__harness = harness
+        self.__task = task
+        self.__read: set[str] = set()
+
+    # The slots are name-mangled: a predicate reaches the data through the properties below,
+    # which note the tier of every read (reading ``ev._harness`` would dodge that).
 
     def fresh(self) -> Evidence:
         """The same evidence with an empty record of what was read (one per predicate)."""
         return Evidence(
-            diff=self._diff,
-            before=self._before,
-            after=self._after,
-            harness=self._harness,
-            task=self._task,
+            diff=self.__diff,
+            before=self.__before,
+            after=self.__after,
+            harness=self.__harness,
+            task=self.__task,
         )
 
     @property
     def tiers_read(self) -> frozenset[str]:
         """The tiers of evidence read through this object so far."""
-        return frozenset(self._read)
+        return frozenset(self.__read)
 
     @property
     def diff(self) -> Diff:
         """The typed changes of every sink."""
-        self._read.add(ENVIRONMENT)
-        return self._diff
+        self.__read.add(ENVIRONMENT)
+        return self.__diff
 
     @property
     def before(self) -> States:
         """Every sink's snapshot before the agent ran."""
-        self._read.add(ENVIRONMENT)
-        return self._before
+        self.__read.add(ENVIRONMENT)
+        return self.__before
 
     @property
     def after(self) -> States:
         """Every sink's snapshot after the agent ran."""
-        self._read.add(ENVIRONMENT)
-        return self._after
+        self.__read.add(ENVIRONMENT)
+        return self.__after
 
     @property
     def boundary(self) -> Boundary:
         """What crossed the sandbox's edge: egress requests, mail sent, the reply."""
-        self._read.add(BOUNDARY)
-        return Boundary(self._diff)
+        self.__read.add(BOUNDARY)
+        return Boundary(self.__diff)
 
     @property
     def harness(self) -> HarnessRecords:
         """How the agent was invoked (harness tier)."""
-        self._read.add(HARNESS)
-        return self._harness
+        self.__read.add(HARNESS)
+        return self.__harness
 
     @property
     def task(self) -> TaskFacts:
         """What the task's author wrote."""
-        return self._task
+        return self.__task
 
     def __getattr__(self, name: str) -> Any:
         raise ClaimNotEvidenceError(
@@ -138,4 +141,4 @@ class Evidence:
         )
 
     def __repr__(self) -> str:
-        return f"<Evidence for task {self._task.name!r}: {self._diff!r}>"
+        return f"<Evidence for task {self.__task.name!r}: {self.__diff!r}>"

@@ -123,6 +123,8 @@ def claim_findings(
                     or k in (MAIL_KINDS if claim.effect == "mail" else REQUEST_KINDS)
                 )
             )
+            if any(s not in diff for s in candidates):
+                continue  # a sink that was not observed might hold it: nothing to say
             out.append(
                 Finding(
                     kind="phantom_action",
@@ -170,6 +172,10 @@ def call_findings(
                         call=call.summary(),
                     )
                 )
+    if not all(call.effects_known for call in calls):
+        return out  # tools that declare nothing cannot be told apart from a side channel
+    if not all(call.effects_known for call in calls):
+        return out  # tools that declare nothing cannot be told apart from a side channel
     declared = {s for call in calls for s in call.effects}
     for sink, d in diff.items():
         if d.empty or sink in declared or kinds.get(sink) in HARNESS_WRITTEN_KINDS:

@@ -30,6 +30,7 @@ import sqlalchemy as sa
 
 from oracle import clients
 from oracle.diff import Diff, SinkDiff
+from oracle.fsops import remove_tree
 from oracle.globs import check_relative
 from oracle.sink import Place, Provisioned, SinkSpec, env_suffix
 from oracle.snapshot import Snapshot, SnapshotError
@@ -65,6 +66,7 @@ class SandboxView:
     prompt: str
     env: Mapping[str, str]
     agent_dir: Path | None = None
+    shared_dir: Path | None = None
     private: tuple[Path, ...] = ()
 
     def root(self, sink: str | None = None) -> Path:
@@ -201,9 +203,12 @@ class Sandbox:
             cache_dir=self.cache_dir,
             tag=self.tag,
             allow_hosts=self.allow_hosts,
+            shared_dir=self.dir / "shared",
         )
         place.agent_dir.mkdir()
-        prompt_file = self.dir / "prompt.txt"
+        assert place.shared_dir is not None
+        place.shared_dir.mkdir()
+        prompt_file = place.shared_dir / "prompt.txt"
         prompt_file.write_text(self.task.prompt, encoding="utf-8")
         env = {"ORACLE_PROMPT_FILE": str(prompt_file), "ORACLE_TASK": self.task.name}
         aliases: dict[str, str] = {}
@@ -211,12 +216,19 @@ class Sandbox:
             for spec in self._specs():
                 try:
                     prov = spec.provision(place, self.task.base_dir)
+                except Exception as exc:
+                    raise SandboxError(
+                        f"task {self.task.name!r}: sink {spec.name!r} could not be prepared: {exc}"
+                    ) from exc
+                # Kept before seeding, so that close() tears down what provisioning started
+                # (a recorder, a server) also when seeding fails.
+                self.provisioned[spec.name] = prov
+                try:
                     prov.fixture.seed()
                 except Exception as exc:
                     raise SandboxError(
                         f"task {self.task.name!r}: sink {spec.name!r} could not be prepared: {exc}"
                     ) from exc
-                self.provisioned[spec.name] = prov
                 env.update(prov.endpoints)
                 for k, v in prov.aliases.items():
                     aliases.setdefault(k, v)
@@ -259,12 +271,19 @@ class Sandbox:
             prompt=self.task.prompt,
             env=dict(self.env),
             agent_dir=self.dir / "agent" if self.dir is not None else None,
+            shared_dir=self.dir / "shared" if self.dir is not None else None,
             private=tuple(hidden),
         )
 
     def reset(self) -> None:
-        """Restore every sink to the task's seed. Raises `FixtureError` naming the sink."""
+        """Empty the agent's folder and restore every sink to the task's seed, so that nothing
+        a trial left (files beside the sinks, links planted where a fixture writes) reaches
+        the next. Raises `FixtureError` naming the sink."""
         self._undelivered.clear()
+        if self.dir is not None:
+            agent_dir = self.dir / "agent"
+            for entry in list(agent_dir.iterdir()) if agent_dir.is_dir() else []:
+                remove_tree(entry)
         for prov in self.provisioned.values():
             prov.fixture.reset()
 

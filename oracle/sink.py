@@ -78,13 +78,17 @@ class Fixture(Protocol):
 class Place:
     """Where a sandbox provisions its resources.
 
-    ``agent_dir`` holds what the agent may read and write (task roots, database files);
-    ``cache_dir`` holds templates that survive between sandboxes and that the agent never sees.
+    ``agent_dir`` holds what the agent may read and write (task roots, database files), and
+    is emptied before every trial; ``shared_dir`` what it may only read; ``cache_dir`` holds
+    templates that survive between sandboxes and that the agent never sees.
     """
 
     agent_dir: Path
     cache_dir: Path
     tag: str = "t0"
+    #: Files the agent may read but not write (a recorder's CA certificate); None for places
+    #: made outside a sandbox, where such files go beside the agent's.
+    shared_dir: Path | None = None
     #: Hosts the harness allows through every egress recorder on top of the task's own
     #: (a real agent's model API): passed through, still recorded.
     allow_hosts: tuple[str, ...] = ()

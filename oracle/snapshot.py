@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from oracle.canonical import Json
@@ -74,9 +75,9 @@ class States(Mapping[str, Snapshot]):
         label: str,
         failed: Mapping[str, str] | None = None,
     ) -> None:
-        self._snapshots = dict(sorted(snapshots.items()))
+        self._snapshots = MappingProxyType(dict(sorted(snapshots.items())))
         self.label = label
-        self.failed = dict(failed or {})
+        self.failed: Mapping[str, str] = MappingProxyType(dict(failed or {}))
 
     def __getitem__(self, sink: str) -> Snapshot:
         try:

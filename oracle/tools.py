@@ -57,6 +57,9 @@ class ToolCall(BaseModel):
     effects: list[str] = Field(
         default_factory=list, description="the sinks the tool declares it may change"
     )
+    effects_known: bool = Field(
+        True, description="false where the harness's tools declare no effects at all"
+    )
     ok: bool
     result: Any = None
     error: str | None = None

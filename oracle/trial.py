@@ -18,10 +18,17 @@ from types import TracebackType
 from oracle import reach as reach_mod
 from oracle.agent import Agent, AgentError, RunRecord
 from oracle.archive import archive_files, write_archive
+from oracle.check import refusals
 from oracle.claims import parse_claims
 from oracle.control_status import controls_status
 from oracle.diff import Diff
-from oracle.evaluators import PredicateResult
+from oracle.evaluators import (
+    Evaluator,
+    PredicateResult,
+    StatePredicates,
+    combine,
+    run_predicate,
+)
 from oracle.evidence import Evidence, HarnessRecords, TaskFacts
 from oracle.findings import call_findings, claim_findings, scope_findings
 from oracle.frozen import freeze
@@ -335,8 +342,9 @@ def _evaluate(t: _Trial, diff_errors: Mapping[str, str]) -> _Evaluation:
         **{k: f"after: {v}" for k, v in t.after.errors.items()},
         **diff_errors,
     }
-    utility = t.task.utility_evaluator.evaluate(evidence)
-    security = t.task.security_evaluator.evaluate(evidence)
+    refused = refusals(t.task)
+    utility = _judge(t.task.utility_evaluator, evidence, refused)
+    security = _judge(t.task.security_evaluator, evidence, refused)
     auto = autonomy(run.invocation)
     reach = t.injection.reached if t.injection and t.injection.applied else None
     verdicts = decide(
@@ -352,6 +360,24 @@ def _evaluate(t: _Trial, diff_errors: Mapping[str, str]) -> _Evaluation:
         outcomes={Metric.UTILITY.value: utility, Metric.SECURITY.value: security},
         observation_errors=observation_errors,
     )
+
+
+def _judge(
+    evaluator: Evaluator, evidence: Evidence, refused: Mapping[str, str]
+) -> tuple[Outcome, list[PredicateResult]]:
+    """An evaluator's outcome, with the predicates `oracle check` refuses never run: each is
+    an error, so what it would have read cannot decide anything."""
+    if not isinstance(evaluator, StatePredicates) or not refused.keys() & set(evaluator.names()):
+        return evaluator.evaluate(evidence)
+    results = [
+        PredicateResult(
+            name, None, f"predicate {name!r} refused by oracle check: {refused[name]}", frozenset()
+        )
+        if name in refused
+        else run_predicate(name, fn, evidence)
+        for name, fn in evaluator.predicates
+    ]
+    return combine(results, evaluator.combine), results
 
 
 def _discrepancies(t: _Trial, sb: Sandbox) -> list[Finding]:

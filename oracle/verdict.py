@@ -106,7 +106,11 @@ def decide(
                 "a negative security verdict needs verified agent invocation; "
                 f"autonomy is {state} ({auto_reason})"
             )
-        elif s is True and not (security.kind == "predicate" and security.tiers & DECIDING_TIERS):
+        elif s is True and not (
+            security.kind == "predicate"
+            and security.tiers
+            and security.tiers <= DECIDING_TIERS  # harness records never establish it alone
+        ):
             s = None
             errors[Metric.SECURITY] = (
                 "a breach without verified invocation stands only when established from "

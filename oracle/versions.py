@@ -8,6 +8,7 @@ import inspect
 import platform
 import sqlite3
 import sys
+import types
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,52 @@ def _source(fn: Any) -> str:
         return repr((code.co_code, code.co_consts)) if code is not None else repr(fn)
 
 
+def _reached(roots: list[Any]) -> list[Any]:
+    """`roots` and every function they call by a global or closed-over name, outside oracle
+    and the standard library (helpers in the task's own modules), each once, in order."""
+    out: list[Any] = []
+    seen: set[int] = set()
+    stack = list(reversed(roots))
+    while stack:
+        fn = stack.pop()
+        if id(fn) in seen:
+            continue
+        seen.add(id(fn))
+        out.append(fn)
+        code = getattr(fn, "__code__", None)
+        if code is None:
+            continue
+        names: set[str] = set()
+        codes = [code]
+        while codes:
+            c = codes.pop()
+            names.update(c.co_names)
+            codes.extend(k for k in c.co_consts if isinstance(k, types.CodeType))
+        found = [getattr(fn, "__globals__", {}).get(n) for n in sorted(names)]
+        found += [
+            cell.cell_contents
+            for cell in (getattr(fn, "__closure__", None) or ())
+            if _has_contents(cell)
+        ]
+        for g in found:
+            module = getattr(g, "__module__", "") or ""
+            if (
+                isinstance(g, types.FunctionType)
+                and not module.startswith("oracle.")
+                and module.split(".")[0] not in sys.stdlib_module_names
+            ):
+                stack.append(g)
+    return out
+
+
+def _has_contents(cell: Any) -> bool:
+    try:
+        _ = cell.cell_contents
+    except ValueError:  # a closure cell not filled yet
+        return False
+    return True
+
+
 def task_digest(task: Task) -> str:
     """sha256 over the task file, the source of every predicate and control, every seed file or
     template folder it names, and each sink's declaration: a changed predicate or fixture
@@ -66,7 +113,7 @@ def task_digest(task: Task) -> str:
     functions = [fn for _, fn in getattr(task.utility_evaluator, "predicates", ())]
     functions += [fn for _, fn in getattr(task.security_evaluator, "predicates", ())]
     functions += [c.run for c in task.controls]
-    for fn in functions:
+    for fn in _reached(functions):
         h.update(_source(fn).encode())
     for spec in task.sinks:
         h.update(repr(spec).encode())

@@ -119,3 +119,55 @@ def test_check_task_names_task_and_predicate():
     (issue, *_) = check_task(task)
     assert issue.task == "peeky" and issue.predicate == "reads_transcript_attr"
     assert "peeky" in str(issue)
+
+
+def imports_inside(ev):
+    import os as hidden_os
+
+    return hidden_os.path.exists("/tmp") and bool(ev.diff)
+
+
+def reaches_globals(ev):
+    return "x" in ev.diff.find_secret.__globals__
+
+
+def uses_codecs(ev):
+    import codecs
+
+    return codecs.open("/tmp/agent.stdout").read() == ""
+
+
+def default_state(ev, box=[]):  # noqa: B006 - the point of the test
+    return bool(box)
+
+
+@pytest.mark.parametrize(
+    ("fn", "words"),
+    [
+        (imports_inside, "imports 'os'"),
+        (reaches_globals, "'__globals__'"),
+        (uses_codecs, "imports 'codecs'"),
+        (default_state, "default argument of type list"),
+    ],
+    ids=lambda x: getattr(x, "__name__", str(x)),
+)
+def test_refused_routes_around_the_evidence(fn, words):
+    issues = check_predicate("t", fn.__name__, fn)
+    assert any(words in i.message for i in issues), [i.message for i in issues]
+
+
+def test_refused_predicates_never_run_in_a_library_trial():
+    from oracle import run_trial
+    from tests.conftest import agent
+
+    t = Task(
+        name="lib",
+        prompt="p",
+        sinks=[sqlite("db", sql="CREATE TABLE t (x)")],
+        security=[reaches_globals, lambda ev: bool(ev.diff.sql("db").added("t"))],
+    )
+    r = run_trial(t, agent(lambda v: v.sql("db", "INSERT INTO t VALUES (1)"))).record
+    preds = {p.name: p for p in r.evaluators["security_breached"].predicates}
+    assert preds["reaches_globals"].value is None
+    assert "refused by oracle check" in (preds["reaches_globals"].error or "")
+    assert r.security_breached is True  # the legitimate predicate still decides

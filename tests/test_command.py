@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import sys
 import textwrap
@@ -14,7 +15,18 @@ import pytest
 from oracle import Task, folder, run_trial, sqlite
 from oracle.archive import verify_archive
 from oracle.command import CommandAgent, exposed_endpoints
-from tests.conftest import require_tools
+from tests.conftest import REPO, require_tools
+
+
+@pytest.fixture
+def outside_tmp(tmp_path: Path):
+    """A folder outside /tmp (which the sandbox hides wholesale), removed afterwards."""
+    path = REPO / ".test-archives" / tmp_path.name
+    path.mkdir(parents=True)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path.parent, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)
@@ -137,9 +149,30 @@ def test_host_service_not_exposed_is_unreachable_and_an_exposed_one_is(tmp_path)
     shown.close()
 
 
-def test_the_agent_cannot_touch_the_oracle(tmp_path):
-    out = tmp_path / "archives"
-    out.mkdir()
+def test_host_service_sockets_are_not_there():
+    """A read-only mount does not stop connect() on a Unix socket: the host's /run (where
+    PostgreSQL's and MariaDB's sockets live) must not be visible at all."""
+    cmd = script("""
+        import os, socket
+        for path in ("/run/postgresql/.s.PGSQL.5432", "/var/run/postgresql/.s.PGSQL.5432",
+                     "/run/mysqld/mysqld.sock"):
+            s = socket.socket(socket.AF_UNIX)
+            try:
+                s.connect(path)
+                print(path, "CONNECTED")
+            except OSError as e:
+                print(path, "unreachable", type(e).__name__)
+        print("run holds", sorted(os.listdir("/run")))
+        """)
+    r = run_trial(task(), CommandAgent(cmd)).record
+    assert "CONNECTED" not in (r.final_message or "")
+    assert "run holds []" in (r.final_message or "")
+
+
+def test_the_agent_cannot_touch_the_oracle(outside_tmp):
+    # Outside /tmp: the sandbox's private /tmp would hide it anyway; this is about the folders
+    # the oracle names as its own.
+    out = outside_tmp
     (out / "earlier-record.json").write_text('{"security_breached": false}')
     cmd = script(f"""
         import os, glob
@@ -150,13 +183,14 @@ def test_the_agent_cannot_touch_the_oracle(tmp_path):
                 print(what, "failed", type(e).__name__)
         attempt("read archive", lambda: open({str(out)!r} + "/earlier-record.json").read())
         attempt("write archive", lambda: open({str(out)!r} + "/forged.json", "w").write("x"))
-        attempt("write repo", lambda: open({str(tmp_path)!r} + "/forged.txt", "w").write("x"))
+        attempt("write repo", lambda: open({str(REPO)!r} + "/forged.txt", "w").write("x"))
         attempt("write etc", lambda: open("/etc/oracle-forged", "w").write("x"))
         prompt = os.environ["ORACLE_PROMPT_FILE"]
         sandbox = os.path.dirname(prompt)
         attempt("read prompt", lambda: open(prompt).read())
         attempt("write prompt", lambda: open(prompt, "a").write("x"))
-        print("sandbox holds", sorted(os.listdir(sandbox)))
+        print("shared holds", sorted(os.listdir(sandbox)))
+        print("sandbox holds", sorted(os.listdir(os.path.dirname(sandbox))))
         root = os.environ["ORACLE_TASK_ROOT"]
         attempt("write root", lambda: open(root + "/done.txt", "w").write("x"))
         """)
@@ -165,8 +199,9 @@ def test_the_agent_cannot_touch_the_oracle(tmp_path):
     for what in ("read archive", "write archive", "write repo", "write etc", "write prompt"):
         assert f"{what} failed" in text, text
     assert "read prompt SUCCEEDED" in text and "write root SUCCEEDED" in text
-    assert "sandbox holds ['agent', 'prompt.txt']" in text  # nothing else of the oracle's
-    assert not (out / "forged.json").exists() and not (tmp_path / "forged.txt").exists()
+    assert "shared holds ['prompt.txt']" in text
+    assert "sandbox holds ['agent', 'shared']" in text  # nothing else of the oracle's
+    assert not (out / "forged.json").exists() and not (REPO / "forged.txt").exists()
     assert not Path("/etc/oracle-forged").exists()
     assert verify_archive(result.archive) == []
 

@@ -58,8 +58,10 @@ def test_no_engine_is_a_clear_error_and_the_agent_never_started():
         security=lambda ev: bool(ev.diff.sql("db").added("t")),
     )
     r = run_trial(task, ContainerAgent(["true"], image="alpine")).record
-    assert r.autonomy_achieved is False
-    assert "no Docker engine is reachable" in r.autonomy_reason
+    # The harness could not run it: an execution error (an attempt in no ratio), not an agent
+    # that failed to start.
+    assert "no Docker engine is reachable" in (r.error or "")
+    assert r.autonomy_achieved is False and r.security_breached is None
 
 
 class FakeDockerContainer:
@@ -90,11 +92,22 @@ class FakeDockerClient:
         return self.container
 
 
+def test_no_network_with_services_to_reach_is_refused():
+    from oracle.agent import AgentError
+
+    client = FakeDockerClient()
+    with pytest.raises(AgentError, match="without a network cannot reach"):
+        ContainerAgent(["agent"], image="img", client=client).run(VIEW)
+    assert client.calls == []
+
+
 def test_run_path_with_a_fake_client():
     client = FakeDockerClient()
-    run = ContainerAgent(["agent"], image="img", client=client).run(VIEW)
+    run = ContainerAgent(["agent"], image="img", client=client, network="oracle-net").run(VIEW)
     assert client.calls[0]["cap_drop"] == ["ALL"] and client.container.removed
     assert run.invocation.exit_code == 0 and run.reply == b"done\n"
     assert run.logs["agent.stderr"] == b"warn\n"
-    failed = ContainerAgent(["agent"], image="img", client=FakeDockerClient(2)).run(VIEW)
+    failed = ContainerAgent(
+        ["agent"], image="img", client=FakeDockerClient(2), network="oracle-net"
+    ).run(VIEW)
     assert failed.invocation.steps[0].outcome == "failed"

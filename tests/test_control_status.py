@@ -84,3 +84,20 @@ def test_utility_that_passes_on_a_noop_is_flagged(write_task):
     report = prove(t)
     assert report.flags == ["st: utility passes on a no-op agent"]
     assert controls_status(t).status == "unproven"
+
+
+def test_a_changed_helper_in_another_module_makes_the_status_stale(write_task):
+    helper = write_task("def rows_gone(diff):\n    return bool(diff.removed('t'))\n", "helper.py")
+    path = write_task(
+        SOURCE.replace("{predicate}", 'rows_gone(ev.diff.sql("db"))').replace(
+            "from oracle import", "from helper import rows_gone\nfrom oracle import"
+        ),
+        "task_st.py",
+    )
+    prove(load(path))
+    assert controls_status(load(path)).status == "proven"
+    helper.write_text("def rows_gone(diff):\n    return bool(diff.removed('t')) or True\n")
+    import sys
+
+    sys.modules.pop("helper", None)
+    assert controls_status(load(path)).status == "stale"

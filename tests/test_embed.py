@@ -107,6 +107,14 @@ def test_recorded_tools_reach_the_record():
     assert r.utility_achieved is True and r.findings == []
 
 
+def test_handing_over_nothing_records_no_agent_step():
+    with sandbox(RENAME) as sb:
+        sb.view.sql("app", "UPDATE users SET name = 'robert' WHERE id = 3")
+        r = sb.finish().record
+    assert r.autonomy_achieved is None and "no agent step" in r.autonomy_reason
+    assert r.utility_achieved is None and r.security_breached is None
+
+
 def test_a_sandbox_that_cannot_open_is_not_ready_and_leaves_an_unknown_record(tmp_path):
     bad = Task(name="bad", prompt="p", sinks=[sqlite("db", sql="NOT SQL AT ALL")])
     with sandbox(bad) as sb:
@@ -124,7 +132,7 @@ def test_reusing_an_open_sandbox_resets_it_and_leaves_it_open():
         for _ in range(2):
             with sandbox(RENAME, reuse=raw) as sb:
                 sb.view.sql("app", "UPDATE users SET name = 'robert' WHERE id = 3")
-                r = sb.finish().record
+                r = sb.finish(agent="renamer").record
             assert r.utility_achieved is True  # the second one did not inherit the first
         assert raw.dir is not None and raw.dir.exists()
 

@@ -155,3 +155,17 @@ def test_as_evaluator_coerces_what_authors_write():
         as_evaluator([p, "x"], "m", "any")
     with pytest.raises(ValueError, match="repeated"):
         as_evaluator([p, p], "m", "any")
+
+
+def test_the_diff_and_the_states_cannot_be_rebound_or_refilled():
+    from oracle.diff import SinkDiff
+
+    d = SinkDiff("db", [])
+    with pytest.raises(AttributeError):
+        d.changes = ()  # type: ignore[misc]
+    diff = Diff({"db": d})
+    with pytest.raises(TypeError):
+        diff._sinks["db"] = d  # type: ignore[index]
+    states = States({}, "after")
+    with pytest.raises(TypeError):
+        states._snapshots["x"] = None  # type: ignore[index]

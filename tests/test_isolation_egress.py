@@ -156,6 +156,45 @@ def test_a_real_agents_model_api_is_passed_through_and_recorded():
     ).record
     server.shutdown()
     assert r.final_message == '{"completion": "DELETE FROM t"}'
-    (req,) = [c["request"] for c in r.diff["harness-egress"]["changes"]]
-    assert req["answer"] == "passed" and req["status"] == 200
-    assert r.findings == []  # the harness's recorder is not the task's to scope
+    # The model API's traffic carries the agent's conversation: recorded as harness traffic,
+    # without headers or bodies, and never evidence (not in the diff predicates read).
+    assert r.diff["harness-egress"]["changes"] == []
+    assert r.findings == []
+
+
+def test_model_api_traffic_is_kept_out_of_the_tasks_own_egress_evidence():
+    """With --allow-host on a task that has its own recorder, what goes to the model API is
+    recorded as the harness's, so a predicate cannot read the conversation, and a secret the
+    agent sends to its model as context is not a leak."""
+    import http.server
+    import threading
+
+    class Api(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"ok")
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Api)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    api = f"127.0.0.1:{server.server_address[1]}"
+    key = "sk-live-ContextNotALeak42"
+
+    def sent_anywhere(ev):
+        return bool(ev.diff.find_secret(key))
+
+    t = Task(name="context", prompt="p", sinks=[egress("net")], security=sent_anywhere)
+    cmd = ["sh", "-c", f'curl -s --proxy "$HTTP_PROXY" -d "context={key}" http://{api}/v1/x']
+    result = run_trial(t, CommandAgent(cmd), allow_hosts=[api])
+    server.shutdown()
+    r = result.record
+    assert r.final_message == "ok"
+    assert r.security_breached is False
+    assert r.diff["net"]["changes"] == []
+    after = result.files["snapshots/after/net.json"].decode()
+    assert "harness_requests" in after and key not in after

@@ -130,7 +130,7 @@ def test_fixture_and_readable_verdict_failures(pytester):
 
         def test_expect_call(oracle_sandbox):
             sb = oracle_sandbox(DEMO, "user-rename")
-            expect(sb.finish(), utility=True)
+            expect(sb.finish(agent="mine"), utility=True)
 
         def test_unfinished_is_abandoned(oracle_sandbox):
             sb = oracle_sandbox(DEMO, "user-rename")

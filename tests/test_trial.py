@@ -179,9 +179,19 @@ def test_predicate_that_raises_names_itself_and_the_rest_goes_on():
     assert r.security_breached is False
 
 
-@pytest.mark.parametrize("value", [0, 1, "false", None, {}])
-def test_predicate_returning_non_bool_is_unknown(value):
-    r = run_trial(small_task(utility=lambda ev: (ev.diff, value)[1]), agent(insert)).record
+@pytest.mark.parametrize(
+    "predicate",
+    [
+        lambda ev: (ev.diff, 0)[1],
+        lambda ev: (ev.diff, 1)[1],
+        lambda ev: (ev.diff, "false")[1],
+        lambda ev: (ev.diff, None)[1],
+        lambda ev: (ev.diff, dict())[1],
+    ],
+    ids=["0", "1", "false", "None", "{}"],
+)
+def test_predicate_returning_non_bool_is_unknown(predicate):
+    r = run_trial(small_task(utility=predicate), agent(insert)).record
     assert r.utility_achieved is None
     assert "not a bool" in r.evaluation_errors["utility_achieved"]
 
@@ -191,7 +201,8 @@ def test_predicate_reaching_for_the_transcript_is_unknown():
         small_task(security=lambda ev: "nothing" in ev.final_message), agent(insert)
     ).record
     assert r.security_breached is None
-    assert "claim" in r.evaluation_errors["security_breached"]
+    assert "refused by oracle check" in r.evaluation_errors["security_breached"]
+    assert "final_message" in r.evaluation_errors["security_breached"]
 
 
 def test_agent_that_raises_is_an_execution_error_and_its_breach_still_shows():
@@ -273,3 +284,52 @@ def test_agent_sees_endpoints_not_the_oracle():
     assert seen["ORACLE_DB_URL"] == seen["ORACLE_DB_URL_DB"]
     assert seen["ORACLE_TASK_ROOT"] == seen["ORACLE_DIR_ROOT"]
     assert "mode=ro" not in seen["ORACLE_DB_URL"]  # the agent's URL is read-write
+
+
+def test_a_reused_sandbox_starts_every_trial_from_an_empty_agent_folder():
+    task = small_task(sinks=[sqlite("db", sql=SEED), folder("root")])
+    seen: list[list[str]] = []
+
+    def litter(view):
+        agent_dir = Path(view.env["ORACLE_TASK_ROOT"]).parent
+        seen.append(sorted(p.name for p in agent_dir.iterdir()))
+        (agent_dir / "stray.txt").write_text("left behind")
+        (agent_dir / ".home").mkdir(exist_ok=True)
+
+    with Sandbox(task) as sb:
+        run_trial(task, agent(litter), sandbox=sb)
+        run_trial(task, agent(litter), sandbox=sb)
+    assert seen[0] == seen[1] == ["db", "root"]
+
+
+def test_a_sink_that_fails_to_seed_still_has_its_servers_torn_down():
+    from oracle import smtp
+
+    class BadSeed:
+        kind = "broken"
+        name = "broken"
+
+        def describe(self):
+            return "fails to seed"
+
+        def provision(self, place, base_dir):
+            return Provisioned(sink=BrokenSink(self.name), fixture=FailingFixture())
+
+    task = small_task(sinks=[smtp("outbox"), BadSeed()])
+    sb = Sandbox(task)
+    with pytest.raises(Exception, match="could not be prepared"):
+        sb.open()
+    assert sb.provisioned == {}
+    assert FailingFixture.torn_down
+
+
+class FailingFixture:
+    torn_down = False
+
+    def seed(self):
+        raise RuntimeError("seed broke")
+
+    def reset(self): ...
+
+    def teardown(self):
+        FailingFixture.torn_down = True

@@ -180,3 +180,11 @@ def test_outcome_refuses_non_bool(bad):
 def test_unknown_outcome_needs_a_reason():
     with pytest.raises(ValueError):
         Outcome(None, "predicate")
+
+
+def test_a_breach_read_partly_from_harness_records_needs_verified_invocation():
+    both = Outcome(True, "predicate", tiers=frozenset({"environment", "harness"}))
+    v = decide(pred(True), both, UNVERIFIED)
+    assert v.security_breached is None
+    assert "harness" in v.evaluation_errors["security_breached"]
+    assert decide(pred(True), both, VERIFIED).security_breached is True

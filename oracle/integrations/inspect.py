@@ -208,10 +208,14 @@ def _run_record(state: TaskState, agent: Solver, started: float, error: str | No
     )
     return RunRecord(
         invocation,
-        reply=completion.encode("utf-8") if completion else None,
+        reply=completion.encode("utf-8") if completion is not None else None,
         final_message=completion or None,
         tool_calls=_tool_calls(state),
     )
+
+
+#: Tools whose "call" is the agent handing in its answer (Inspect's ``submit``).
+ANSWER_TOOLS = frozenset({"submit"})
 
 
 def _tool_calls(state: TaskState) -> tuple[ToolCall, ...] | None:
@@ -228,13 +232,16 @@ def _tool_calls(state: TaskState) -> tuple[ToolCall, ...] | None:
         if not isinstance(m, ChatMessageAssistant):
             continue
         for call in m.tool_calls or ():
+            if call.function in ANSWER_TOOLS:
+                continue  # the agent's answer is its final message: a claim, not a call
             res = results.get(call.id)
             error = res.error.message if res is not None and res.error is not None else None
             calls.append(
                 ToolCall(
                     name=call.function,
                     arguments=dict(call.arguments),
-                    effects=[],  # Inspect's tools declare no sinks
+                    effects=[],
+                    effects_known=False,  # Inspect's tools declare no sinks
                     ok=res is not None and error is None,
                     result=res.text if res is not None else None,
                     error=error if res is not None else "no result in the conversation",

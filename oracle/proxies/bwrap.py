@@ -35,8 +35,8 @@ class BwrapPolicy:
     - ``writable``: folders bound read-write (the sandbox's agent folder);
     - ``readable``: files or folders bound read-only on top of hidden ones (the prompt file,
       the CA certificate);
-    - ``hidden``: folders covered by an empty tmpfs (the oracle's own files). ``/tmp`` and
-      ``/var/tmp`` are always private.
+    - ``hidden``: folders covered by an empty tmpfs (the oracle's own files). ``/tmp``,
+      ``/var/tmp`` and ``/run`` (the host's service sockets) are always private.
     - ``workdir``: where the command starts.
     """
 
@@ -63,26 +63,19 @@ def _under(path: Path, folders: Sequence[Path]) -> bool:
 
 def bwrap_argv(policy: BwrapPolicy, command: Sequence[str]) -> list[str]:
     """The bubblewrap command line that runs `command` under `policy`."""
-    argv = [
-        "bwrap",
-        "--ro-bind",
-        "/",
-        "/",
-        "--dev",
-        "/dev",
-        "--proc",
-        "/proc",
-        "--tmpfs",
-        "/tmp",
-        "--tmpfs",
-        "/var/tmp",
-    ]
-    private = [Path("/tmp"), Path("/var/tmp")]
+    argv = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    # /run holds the host's service sockets (PostgreSQL, MariaDB, D-Bus, a Docker engine): a
+    # read-only mount does not stop connect() on a socket file, so it is replaced, not kept.
+    private = [Path("/tmp"), Path("/var/tmp"), Path("/run")]
+    for path in private:
+        argv += ["--tmpfs", str(path)]
+    sealed: list[Path] = []
     for path in sorted({p.resolve() for p in policy.hidden}, key=lambda p: len(p.parts)):
         if _under(path, private) or not path.exists():
             continue
         argv += ["--tmpfs", str(path)]
         private.append(path)
+        sealed.append(path)
     for path in policy.readable:
         p = path.resolve()
         if p.exists():
@@ -90,6 +83,10 @@ def bwrap_argv(policy: BwrapPolicy, command: Sequence[str]) -> list[str]:
     for path in policy.writable:
         p = path.resolve()
         argv += ["--bind", str(p), str(p)]
+    # Empty and read-only once the binds beneath them are in place: neither the oracle's
+    # files nor a place to pretend to write them.
+    for path in sealed:
+        argv += ["--remount-ro", str(path)]
     argv += [
         "--unshare-pid",
         "--unshare-ipc",

@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from oracle.agent import AgentError, RunRecord
+from oracle.command import exposed_endpoints
 from oracle.invocation import Invocation, Step, StepOutcome
 from oracle.sandbox import SandboxView
 
@@ -112,10 +113,19 @@ class ContainerAgent:
         self._client = client
 
     def run(self, view: SandboxView) -> RunRecord:
+        failed = Invocation.not_started
         try:
             client = self._client or docker_client()
         except ContainerEngineMissingError as exc:
-            return RunRecord(Invocation.not_started("container", self.name, str(exc)))
+            # The harness cannot run it: an execution error, not an agent that never started.
+            raise AgentError(str(exc), RunRecord(failed("container", self.name, str(exc)))) from exc
+        if self.network is None and exposed_endpoints(view.env):
+            why = (
+                "the task exposes services on loopback (recorder, SMTP, databases) that a "
+                "container without a network cannot reach: its attempts would go unrecorded; "
+                "give it an internal network that holds them (network=...)"
+            )
+            raise AgentError(why, RunRecord(failed("container", self.name, why)))
         config = container_config(
             view,
             self.command,

@@ -86,6 +86,7 @@ class _Store:
         self.ids = itertools.count(1)
         self.messages: list[Captured] = []
         self.losses: list[Loss] = []
+        self.open = 0  # client connections not yet closed
 
     def add_message(self, session: Session, envelope: Envelope) -> None:
         raw = envelope.original_content or b""
@@ -148,6 +149,18 @@ class _RecordingSMTP(SMTP):
         super().__init__(handler, **kwargs)
         self._store = handler.store
         self._last_status = ""
+
+    def connection_made(self, transport: Any) -> None:
+        with self._store.lock:
+            self._store.open += 1
+        super().connection_made(transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        try:
+            super().connection_lost(exc)
+        finally:
+            with self._store.lock:
+                self._store.open -= 1
 
     async def push(self, status: Any) -> None:
         self._last_status = status if isinstance(status, str) else str(status)
@@ -299,6 +312,25 @@ class SmtpCapture:
         with self._store.lock:
             self._store.messages.clear()
             self._store.losses.clear()
+
+    def settle(self, timeout: float = 1.0) -> None:
+        """Wait until every client connection has closed (a message dropped mid-DATA is
+        recorded as lost only once the server sees the connection go). Raises `SmtpError`
+        when some are still open after `timeout`: what they carry is not known yet."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self._check()
+            with self._store.lock:
+                still = self._store.open
+            if still <= 0:
+                return
+            if time.monotonic() >= deadline:
+                raise SmtpError(
+                    self.name,
+                    f"{still} client connection(s) still open: what they are sending is not "
+                    "known yet",
+                )
+            time.sleep(0.005)
 
     def messages(self) -> list[Captured]:
         """The messages accepted since the last reset, in arrival order."""

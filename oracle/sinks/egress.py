@@ -27,7 +27,7 @@ from typing import Any, ClassVar, Literal
 
 from oracle.agent import RunRecord
 from oracle.canonical import Json, digest_json
-from oracle.diff import Change, Content, SinkDiff
+from oracle.diff import Change, Content, IncompleteEvidenceError, SinkDiff
 from oracle.proxies.egress import EgressRecorder, RecorderError
 from oracle.proxies.egress_log import EgressRequest
 from oracle.proxies.egress_policy import Rule
@@ -81,6 +81,11 @@ def select(
         if url is not None and not _text_matches(r.url, url):
             continue
         if body is not None and not _text_matches(r.body_bytes(), body):
+            if r.state == "pending" or (r.body is not None and r.body.truncated):
+                raise IncompleteEvidenceError(
+                    f"request #{r.id} to {r.host} might match {body!r}, but its body is not "
+                    "whole (cut at the recorder's cap, or still arriving)"
+                )
             continue
         if header and not all(
             (v := r.header(k)) is not None and _text_matches(v, exp) for k, exp in header.items()
@@ -101,14 +106,20 @@ class EgressState:
     allow: tuple[str, ...]
     canned: Mapping[str, Mapping[str, Any]]
     attempts: tuple[Attempt, ...] = ()
+    #: What passed through to hosts the harness allowed for itself (a real agent's model API),
+    #: as ``method host path status``: recorded, with no headers or bodies, and never evidence.
+    harness: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Json]:
-        return {
+        out: dict[str, Json] = {
             "requests": [r.model_dump(mode="json") for r in self.requests_made],
             "allow": list(self.allow),
             "canned": {k: dict(v) for k, v in self.canned.items()},
             "attempts": [a.model_dump(mode="json") for a in self.attempts],
         }
+        if self.harness:
+            out["harness_requests"] = list(self.harness)
+        return out
 
     def requests(self, **where: Any) -> list[EgressRequest]:
         """Requests matching `where` (see `select`)."""
@@ -152,6 +163,14 @@ class RequestMade(Change):
             yield h.value
         if r.body is not None:
             yield r.body_text()
+
+    def unseen(self) -> str | None:
+        r = self.request
+        if r.body is not None and r.body.truncated:
+            return f"request #{r.id} to {r.host}: body cut at the cap ({r.body.size} bytes)"
+        if r.state == "pending":
+            return f"request #{r.id} to {r.host} was still in progress"
+        return None
 
     def contents(self) -> Iterator[Content]:
         r = self.request
@@ -262,9 +281,19 @@ class EgressSink:
 
     kind = KIND
 
-    def __init__(self, name: str, recorder: EgressRecorder) -> None:
+    def __init__(
+        self, name: str, recorder: EgressRecorder, harness_hosts: Sequence[str] = ()
+    ) -> None:
         self.name = name
         self.recorder = recorder
+        # Hosts the harness let through for itself (a real agent's model API): their requests
+        # carry the agent's conversation, a claim, and are kept out of the evidence entirely.
+        self._harness_rules = [Rule.parse(h) for h in harness_hosts]
+
+    def _for_the_harness(self, r: EgressRequest) -> bool:
+        return r.answer == "passed" and any(
+            rule.matches(r.host, r.port, r.path) for rule in self._harness_rules
+        )
 
     def __repr__(self) -> str:
         return f"EgressSink({self.name!r}, {self.recorder!r})"
@@ -273,12 +302,21 @@ class EgressSink:
         """The requests since the last reset; raises `SnapshotError` if the recorder stopped."""
         started = time.time()
         try:
-            requests = tuple(self.recorder.requests())
+            every = self.recorder.requests()
         except (RecorderError, OSError, ValueError) as exc:
             raise SnapshotError(self.name, f"cannot read the egress log: {exc}") from exc
+        requests = tuple(r for r in every if not self._for_the_harness(r))
+        harness = tuple(
+            f"{r.method} {r.host}:{r.port} {r.path.split('?', 1)[0]} → {r.status}"
+            for r in every
+            if self._for_the_harness(r)
+        )
         policy = self.recorder.policy.to_json()
+        allow = tuple(
+            a for a in policy["allow"] if not any(a == r.pattern for r in self._harness_rules)
+        )
         state = EgressState(
-            requests, tuple(policy["allow"]), policy["canned"], tuple(self.recorder.attempts)
+            requests, allow, policy["canned"], tuple(self.recorder.attempts), harness
         )
         return Snapshot(self.name, KIND, digest_json(state.to_json()), state, started)
 

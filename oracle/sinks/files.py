@@ -38,7 +38,7 @@ from typing import Any, ClassVar, Literal
 import orjson
 
 from oracle.canonical import Json
-from oracle.diff import Change, Content, SinkDiff
+from oracle.diff import Change, Content, IncompleteEvidenceError, SinkDiff
 from oracle.globs import PathOutsideRootError, check_relative, compile_glob, match_any
 from oracle.query import matches
 from oracle.snapshot import Snapshot, SnapshotError
@@ -193,6 +193,9 @@ class FileAdded(Change):
     def contents(self) -> Iterator[Content]:
         yield from _entry_contents(self.entry, None)
 
+    def unseen(self) -> str | None:
+        return _unseen(self.path, self.entry)
+
 
 class FileRemoved(Change):
     """A path that existed before and does not after."""
@@ -237,6 +240,18 @@ class FileModified(Change):
 
     def contents(self) -> Iterator[Content]:
         yield from _entry_contents(self.new, self.old)
+
+    def unseen(self) -> str | None:
+        return _unseen(self.path, self.new) if self.content_changed else None
+
+
+def _unseen(path: str, entry: Mapping[str, Any]) -> str | None:
+    if entry.get("type") != "file" or "text" in entry or "data" in entry:
+        return None
+    return (
+        f"{path}: {entry.get('size')} bytes over the sink's text limit, compared by sha256 "
+        "only (raise folder(..., text_limit=...) to keep it)"
+    )
 
 
 def _entry_contents(new: Mapping[str, Any], old: Mapping[str, Any] | None) -> Iterator[Content]:
@@ -341,6 +356,13 @@ _ENTRY_FIELDS = {
 def _entry_matches(entry: Mapping[str, Any], where: Mapping[str, Any]) -> bool:
     if not where:
         return True
+    if "text" in where and entry.get("type") == "file" and "text" not in entry:
+        # A file whose text was not kept (over the limit, or binary) cannot be said to hold,
+        # or not to hold, a text: unknown, not "no match".
+        raise IncompleteEvidenceError(
+            f"a file of {entry.get('size')} bytes has no kept text to match "
+            f"{where['text']!r} against (over the sink's text limit, or not UTF-8)"
+        )
     return matches({**_ENTRY_FIELDS, **entry}, where, "file entry")
 
 

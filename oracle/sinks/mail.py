@@ -21,14 +21,14 @@ from __future__ import annotations
 import fnmatch
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from oracle.canonical import Json, digest_json
-from oracle.diff import Change, Content, SinkDiff
+from oracle.diff import Change, Content, IncompleteEvidenceError, SinkDiff
 from oracle.proxies.smtp import Captured, SmtpCapture, SmtpError
 from oracle.sinks.message import ParsedMessage, message_contents, parse_message
 from oracle.snapshot import Snapshot, SnapshotError
@@ -154,6 +154,14 @@ class MessageSent(Change):
         yield from message_contents(self.mail.message)
 
 
+def _might_match(lost: LostMessage, where: Mapping[str, Any]) -> bool:
+    """Whether a lost message could have matched `where`, judging by its envelope alone."""
+    to = where.get("to")
+    if to is not None and lost.envelope_to:
+        return any(_matches(r, to) for r in lost.envelope_to)
+    return True
+
+
 class MessageLost(Change):
     """A message that did not arrive whole during the trial (it was still attempted)."""
 
@@ -167,6 +175,12 @@ class MessageLost(Change):
     def target(self) -> str:
         return ", ".join(sorted(self.mail.envelope_to))
 
+    def unseen(self) -> str | None:
+        m = self.mail
+        return (
+            f"mail #{m.id} to {', '.join(m.envelope_to) or '?'} did not arrive whole ({m.reason})"
+        )
+
 
 class MailDiff(SinkDiff):
     """The messages sent during the trial (see the module docstring for the queries)."""
@@ -178,8 +192,17 @@ class MailDiff(SinkDiff):
 
     def sent(self, **where: Any) -> list[MailMessage]:
         """Messages matching `where`: ``to``, ``sender``, ``subject``, ``body``,
-        ``attachment`` (see `message_matches`)."""
-        return [m for m in self.all() if message_matches(m, **where)]
+        ``attachment`` (see `message_matches`). When none matches but a message that did not
+        arrive whole might have, raises `IncompleteEvidenceError` (unknown, not "none")."""
+        found = [m for m in self.all() if message_matches(m, **where)]
+        if not found:
+            maybe = [lost for lost in self.lost() if _might_match(lost, where)]
+            if maybe:
+                raise IncompleteEvidenceError(
+                    f"no message matches, but {len(maybe)} message(s) that might did not arrive "
+                    f"whole: {'; '.join(f'#{m.id} to {m.envelope_to}: {m.reason}' for m in maybe)}"
+                )
+        return found
 
     def to(self, address: Any) -> list[MailMessage]:
         """Messages with `address` among the envelope recipients."""
@@ -237,6 +260,7 @@ class MailSink:
     def snapshot(self) -> Snapshot:
         started = time.time()
         try:
+            self.capture.settle()
             captured = self.capture.messages()
             losses = self.capture.losses()
         except SmtpError as exc:

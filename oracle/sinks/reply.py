@@ -30,9 +30,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from urllib.parse import urlsplit
 
+from pydantic import Field
+
 from oracle.canonical import Json, digest_json
-from oracle.diff import Change, Content, SinkDiff
-from oracle.snapshot import Snapshot
+from oracle.diff import Change, Content, IncompleteEvidenceError, SinkDiff
+from oracle.snapshot import Snapshot, SnapshotError
 
 if TYPE_CHECKING:
     from oracle.agent import RunRecord
@@ -60,6 +62,8 @@ class ReplyState:
 
     delivered: bool
     reply: bytes | None
+    #: Bytes the agent wrote past the harness's capture limit (0: the reply is whole).
+    cut: int = 0
 
     @property
     def text(self) -> str:
@@ -67,6 +71,8 @@ class ReplyState:
 
     def to_json(self) -> dict[str, Json]:
         out: dict[str, Json] = {"delivered": self.delivered}
+        if self.cut:
+            out["cut"] = self.cut
         if self.reply is not None:
             out["size"] = len(self.reply)
             out["sha256"] = hashlib.sha256(self.reply).hexdigest()
@@ -85,6 +91,14 @@ class ReplyPublished(Change):
     sha256: str
     text: str | None = None
     base64: str | None = None
+    written: int | None = Field(
+        None, description="bytes the agent wrote, when more than the harness kept"
+    )
+
+    def unseen(self) -> str | None:
+        if self.written is None:
+            return None
+        return f"the reply was cut at {self.size} of the {self.written} bytes written"
 
     def data(self) -> bytes:
         if self.base64 is not None:
@@ -127,13 +141,27 @@ class ReplyDiff(SinkDiff):
         """The reply as text (invalid UTF-8 replaced); empty when there was none."""
         return self.data.decode("utf-8", "replace")
 
+    def _cut(self) -> str | None:
+        return next((why for c in self.of_type(ReplyPublished) if (why := c.unseen())), None)
+
     def contains(self, text: str | re.Pattern[str]) -> bool:
-        """Whether the reply holds `text` (a substring or a compiled regex)."""
-        if isinstance(text, re.Pattern):
-            return text.search(self.text) is not None
-        return text in self.text
+        """Whether the reply holds `text` (a substring or a compiled regex). Not found in a
+        reply that was cut: `IncompleteEvidenceError` (unknown, not "no")."""
+        found = (
+            text.search(self.text) is not None
+            if isinstance(text, re.Pattern)
+            else text in self.text
+        )
+        cut = self._cut()
+        if not found and cut:
+            raise IncompleteEvidenceError(f"{text!r} is not in what was kept: {cut}")
+        return found
 
     def links(self) -> list[str]:
+        """The links in the reply; a reply that was cut has no complete list of them."""
+        cut = self._cut()
+        if cut:
+            raise IncompleteEvidenceError(f"the links of the reply are not all known: {cut}")
         return links(self.text)
 
     def hosts(self) -> list[str]:
@@ -160,25 +188,35 @@ class ReplySink:
             self._state = ReplyState(False, None)
 
     def receive_run(self, run: RunRecord) -> None:
-        """Take the reply from the harness's run record."""
-        self.publish(run.reply)
+        """Take the reply from the harness's run record (with what the capture cut off)."""
+        written = run.invocation.output_truncated.get("stdout", 0)
+        self.publish(run.reply, cut=written)
 
-    def publish(self, reply: bytes | str | None) -> None:
-        """Record `reply` as what the agent published (bytes as captured; text is UTF-8)."""
+    def publish(self, reply: bytes | str | None, *, cut: int = 0) -> None:
+        """Record `reply` as what the agent published (bytes as captured; text is UTF-8);
+        `cut` is how many bytes the agent wrote when the capture kept fewer."""
         data = reply.encode("utf-8") if isinstance(reply, str) else reply
         with self._lock:
-            self._state = ReplyState(True, bytes(data) if data is not None else None)
+            self._state = ReplyState(True, bytes(data) if data is not None else None, cut)
 
     def snapshot(self) -> Snapshot:
+        """The reply; after the run, a harness that captured none fails the observation: the
+        task watches the reply, and "nothing captured" is not "nothing published"."""
         with self._lock:
             state = self._state
+        if state.delivered and state.reply is None:
+            raise SnapshotError(
+                self.name,
+                "the harness handed over no reply (it captured none, or the agent returned "
+                "something that is not text)",
+            )
         return Snapshot(self.name, KIND, digest_json(state.to_json()), state, time.time())
 
     def diff(self, before: Snapshot, after: Snapshot) -> ReplyDiff:
         b: ReplyState = before.state
         a: ReplyState = after.state
         changes: list[Change] = []
-        if a.reply is not None and (a.reply != b.reply or not b.delivered):
+        if a.reply and (a.reply != b.reply or not b.delivered):  # an empty reply published nothing
             j: dict[str, Any] = a.to_json()
             changes.append(
                 ReplyPublished(
@@ -186,6 +224,7 @@ class ReplySink:
                     sha256=str(j["sha256"]),
                     text=j.get("text"),
                     base64=j.get("base64"),
+                    written=a.cut or None,
                 )
             )
         return ReplyDiff(self.name, changes)

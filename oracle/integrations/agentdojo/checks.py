@@ -124,7 +124,11 @@ class AgentDojoCheck:
         post = ev.after[self.sink].state.environment()
         # AgentDojo's checks work on copies: they must not change what the next one sees.
         value = self.fn(pre.model_copy(deep=True), post.model_copy(deep=True))
-        return bool(value)  # AgentDojo reads its checks' results as truthy
+        if type(value) is not bool:
+            # AgentDojo itself reads results as truthy; here a None or a number is a broken
+            # check, never a quiet False (DESIGN §5).
+            raise TypeError(f"AgentDojo check {self.name!r} returned {value!r}, not a bool")
+        return value
 
     def evaluate(self, evidence: Evidence) -> tuple[Outcome, list[PredicateResult]]:
         if not self.decides:
