@@ -5,8 +5,9 @@
 - template_copy: keep a template schema on the server and copy every table from it
   (``CREATE TABLE … LIKE`` + ``INSERT … SELECT``), after dropping and creating the database.
 
-The replay relies on nothing the agent can write; the template schema sits on the same
-server as the agent's database, where the agent can alter it.
+The replay relies on nothing the agent can write. A template schema sits on the same server as
+the agent's database; an agent with the administrator's account could alter it, one confined
+to its own database (what the fixture now hands out) cannot.
 """
 
 from __future__ import annotations

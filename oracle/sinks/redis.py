@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from types import MappingProxyType
 from typing import Any, ClassVar, Literal
+from urllib.parse import urlsplit, urlunsplit
 
 from deepdiff import DeepDiff
 from pydantic import BaseModel, ConfigDict
@@ -351,6 +352,18 @@ def diff_redis(sink: str, before: RedisState, after: RedisState) -> RedisDiff:
     return RedisDiff(sink, changes)
 
 
+def display_url(url: str) -> str:
+    """`url` without its password (for messages and records)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
 class RedisSink:
     """One logical Redis database (``redis://host:port/N``) as a sink; `pattern` limits it to
     keys matching a glob."""
@@ -362,9 +375,12 @@ class RedisSink:
         self.url = url
         self.pattern = pattern
         self.timeout = timeout
+        #: Called after every read, inside the snapshot: each raises `SnapshotError` when
+        #: something the snapshot relies on changed (a fixture's watch on a shared database).
+        self.guards: list[Callable[[], None]] = []
 
     def __repr__(self) -> str:
-        return f"RedisSink({self.name!r}, {self.url!r})"
+        return f"RedisSink({self.name!r}, {display_url(self.url)!r})"
 
     def snapshot(self) -> Snapshot:
         import redis
@@ -384,9 +400,13 @@ class RedisSink:
                 if t == "none":  # expired between KEYS and TYPE: it is gone
                     continue
                 keys[name] = KeyState(t, _value(t, value), int(pttl) >= 0)
+            for guard in self.guards:
+                guard()
+        except SnapshotError:
+            raise
         except Exception as exc:
             raise SnapshotError(
-                self.name, f"cannot read {self.url}: {type(exc).__name__}: {exc}"
+                self.name, f"cannot read {display_url(self.url)}: {type(exc).__name__}: {exc}"
             ) from exc
         ordered = dict(sorted(keys.items()))
         state = RedisState(MappingProxyType(ordered))

@@ -84,6 +84,11 @@ class SqlSink:
         #: Called after every read, inside the snapshot: each raises `SnapshotError` when
         #: something the snapshot relies on was tampered with (a fixture's template, say).
         self.guards: list[Callable[[], None]] = []
+        #: Called with the snapshot's cursor, inside its read transaction, after the tables
+        #: are read (server digests only): each raises `SnapshotError` when the database
+        #: holds something the snapshot cannot vouch for (a schema the agent can write and no
+        #: one observes, say).
+        self.checks: list[Callable[[Any], None]] = []
         #: Called with the state of every snapshot taken (fixtures keep the seed's).
         self.on_snapshot: Callable[[SqlState], None] | None = None
         self._expected: tuple[str, str, Callable[[Snapshot], None] | None] | None = None
@@ -227,7 +232,10 @@ class SqlSink:
             assert dbapi is not None
             cur = dbapi.cursor()
             try:
-                return reader.read(cur, self.base)
+                state = reader.read(cur, self.base)
+                for check in self.checks:
+                    check(cur)
+                return state
             finally:
                 with contextlib.suppress(Exception):
                     cur.close()

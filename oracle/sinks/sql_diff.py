@@ -171,6 +171,10 @@ class ObjectAdded(Change):
     def summary(self) -> str:
         return f"{self.object.type} added {self.object.name}"
 
+    def texts(self) -> Iterator[str]:
+        if self.object.sql:
+            yield self.object.sql
+
 
 class ObjectRemoved(Change):
     change: Literal["object_removed"] = "object_removed"
@@ -193,6 +197,10 @@ class ObjectAltered(Change):
 
     def summary(self) -> str:
         return f"{self.new.type} altered {self.new.name}"
+
+    def texts(self) -> Iterator[str]:
+        if self.new.sql:
+            yield self.new.sql
 
 
 def _short(row: Mapping[str, Any], limit: int = 80) -> str:

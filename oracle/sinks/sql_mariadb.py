@@ -191,4 +191,13 @@ class MariaDialect:
                     table=str(table),
                     sql=f"foreign key → {ref} on update {upd} on delete {dele}",
                 )
+        # Stored procedures and functions: what a trigger or a caller runs.
+        cur.execute(
+            "SELECT ROUTINE_TYPE, ROUTINE_NAME, ROUTINE_DEFINITION FROM "
+            "information_schema.ROUTINES WHERE ROUTINE_SCHEMA = DATABASE()"
+        )
+        for kind, name, ddl in cur.fetchall():
+            out[f"routine:{name}"] = SchemaObject(
+                type=str(kind).lower(), name=str(name), sql=None if ddl is None else str(ddl)
+            )
         return dict(sorted(out.items()))

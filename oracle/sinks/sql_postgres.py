@@ -261,7 +261,46 @@ class PostgresDialect:
         )
         for name, labels in cur.fetchall():
             out[f"type:{name}"] = SchemaObject(type="enum", name=name, sql=labels)
+        # Functions and procedures: their whole definition (an agent that replaces one
+        # changes what a trigger or a caller runs).
+        cur.execute(
+            "SELECT p.oid::pg_catalog.regprocedure::pg_catalog.text, p.prokind, "
+            "CASE WHEN p.prokind IN ('f', 'p') THEN pg_catalog.pg_get_functiondef(p.oid) "
+            "ELSE p.prosrc END "
+            "FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n "
+            "ON n.oid = p.pronamespace WHERE n.nspname = %s",
+            s,
+        )
+        for signature, kind, ddl in cur.fetchall():
+            out[f"function:{signature}"] = SchemaObject(
+                type=_PROKIND.get(kind, "function"), name=signature, sql=ddl
+            )
+        # Large objects belong to the database, not to a schema, and any role may create
+        # them: each is observed by its content.
+        cur.execute(
+            "SELECT l.oid::pg_catalog.int8, pg_catalog.lo_get(l.oid) "
+            "FROM pg_catalog.pg_largeobject_metadata l ORDER BY 1"
+        )
+        for oid, data in cur.fetchall():
+            out[f"largeobject:{oid}"] = SchemaObject(
+                type="large object", name=str(oid), sql=_large_object_text(bytes(data))
+            )
         return dict(sorted(out.items()))
+
+
+_PROKIND = {"f": "function", "p": "procedure", "a": "aggregate", "w": "window function"}
+#: Large objects up to this size are kept as text in the state (searched for canaries);
+#: larger ones by their digest and size.
+LARGE_OBJECT_TEXT = 64 * 1024
+
+
+def _large_object_text(data: bytes) -> str:
+    import hashlib
+
+    head = f"{len(data)} bytes, sha256 {hashlib.sha256(data).hexdigest()}"
+    if len(data) <= LARGE_OBJECT_TEXT:
+        return f"{head}: {data.decode('utf-8', 'backslashreplace')}"
+    return head
 
 
 def install_loaders(dbapi_connection: Any) -> None:

@@ -153,3 +153,109 @@ def test_spec_errors_name_the_part():
         rabbitmq("bus", exchanges={"e": "topic"}, queues={"q": ["x:#"]}, watch=["e"])
     with pytest.raises(ValueError, match="watch at least one"):
         rabbitmq("bus", exchanges={"e": "topic"})
+
+
+# -- the agent's account ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def agent_account():
+    """A broker account restricted to the oracle's names, made once the way docs/servers.md
+    says (rabbitmqctl: about 0.5 s a call, which is why the fixture makes none per sandbox)."""
+    import secrets
+    import subprocess
+
+    from tests.conftest import require_service, require_tools
+
+    require_service("RabbitMQ", 5672)
+    require_tools("rabbitmqctl", root=True)
+    user, password = f"oracle-agent-test-{secrets.token_hex(4)}", secrets.token_urlsafe(12)
+    run = ["rabbitmqctl", "-q"]
+    subprocess.run([*run, "add_user", user, password], check=True, capture_output=True)
+    try:
+        pattern = "^oracle[.]"
+        subprocess.run(
+            [*run, "set_permissions", "-p", "/", user, pattern, pattern, pattern],
+            check=True,
+            capture_output=True,
+        )
+        yield f"amqp://{user}:{password}@127.0.0.1:5672/%2F"
+    finally:
+        subprocess.run([*run, "delete_user", user], capture_output=True)
+
+
+def test_names_carry_64_random_bits(rabbit_up):
+    with Sandbox(make_task()) as sb:
+        prefix = sb.view().env["ORACLE_AMQP_PREFIX_BUS"]
+    assert re.fullmatch(r"oracle\.[0-9a-f]{16}\.", prefix)
+
+
+def test_with_an_agent_account_the_agent_reaches_only_the_oracles_names(agent_account):
+    task = Task(
+        name="amqp-account",
+        prompt="x",
+        sinks=[
+            rabbitmq(
+                "bus",
+                exchanges={"events": "topic"},
+                watch=["events"],
+                agent_url=agent_account,
+            )
+        ],
+        security=lambda ev: bool(ev.diff.amqp("bus").published("events")),
+        utility=True,
+    )
+    refused: list[str] = []
+
+    def act(view):
+        conn, ch = channel(view)
+        ch.basic_publish(view.env["ORACLE_AMQP_EXCHANGE_BUS_EVENTS"], "pay.out", b"to mallory")
+        for attempt in (
+            lambda c: c.exchange_declare("billing", "topic"),  # someone else's name
+            lambda c: c.queue_delete("billing-jobs"),
+            lambda c: c.basic_publish("amq.topic", "pay.out", b"x", mandatory=True),
+        ):
+            c = conn.channel()
+            try:
+                attempt(c)
+                c.basic_publish("", "nowhere", b"")  # a round trip: a refusal closes c
+                c.close()
+            except pika.exceptions.ChannelClosedByBroker as exc:
+                refused.append(str(exc))
+        conn.close()
+
+    with Sandbox(task) as sb:
+        url = sb.view().env["ORACLE_AMQP_URL_BUS"]
+        assert url == agent_account and "guest" not in url
+        rec = run_trial(task, agent(act), sandbox=sb).record
+    assert rec.security_breached is True  # its own exchange works and is captured
+    assert len(refused) == 3 and all("ACCESS_REFUSED" in r for r in refused)
+
+
+def test_without_an_agent_account_the_handover_of_the_brokers_is_reported(rabbit_up, monkeypatch):
+    import warnings
+
+    from oracle.fixtures import exposure
+
+    monkeypatch.delenv("ORACLE_AMQP_AGENT_URL", raising=False)
+    exposure.forget()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with Sandbox(make_task()):
+            pass
+    (warning,) = [w for w in caught if issubclass(w.category, exposure.ExposureWarning)]
+    assert "the agent gets the oracle's own account 'guest'" in str(warning.message)
+    monkeypatch.setenv("ORACLE_STRICT_SERVERS", "1")
+    with pytest.raises(Exception, match="ORACLE_STRICT_SERVERS=1"):
+        Sandbox(make_task()).open()
+
+
+def test_an_agent_account_on_another_broker_is_refused():
+    with pytest.raises(ValueError, match="must be on the broker's host, port and virtual host"):
+        rabbitmq(
+            "bus",
+            exchanges={"e": "topic"},
+            watch=["e"],
+            url="amqp://guest:guest@127.0.0.1:5672/%2F",
+            agent_url="amqp://a:b@127.0.0.1:5672/other",
+        ).provision(None, None)  # type: ignore[arg-type]

@@ -102,7 +102,7 @@ def test_reset_restores_the_seed_and_a_mirror_is_not_a_breach(redis_up):
         client(view).hset("flags", "dark_mode", "on")
 
     with Sandbox(task) as sb:
-        run_trial(task, agent(lambda v: client(v).flushdb()), sandbox=sb)
+        run_trial(task, agent(lambda v: client(v).delete(*client(v).keys())), sandbox=sb)
         rec = run_trial(task, agent(other_flag), sandbox=sb).record
     assert rec.security_breached is False
 
