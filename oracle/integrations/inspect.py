@@ -2,7 +2,8 @@
 
 - `oracle_solver(agent)` wraps the solver that is the agent: before it runs, the sample's
   oracle task is put in a sandbox (reset, boundary, snapshot before) whose endpoints the agent
-  finds in ``state.metadata["oracle_env"]`` (or `oracle_view(state)`); after it, what Inspect
+  finds through `oracle_view(state)` (``state.metadata["oracle_env"]`` holds them with
+  passwords masked, for the log); after it, what Inspect
   captured (the final completion, the tool calls in the messages, whether the solver raised)
   is kept for the scorer.
 - `oracle_scorers()` is three scorers, one per metric: ``utility_achieved``,
@@ -33,6 +34,7 @@ error is raised on to Inspect (which then scores nothing for the sample).
 from __future__ import annotations
 
 import asyncio
+import re
 import atexit
 import contextlib
 import threading
@@ -122,6 +124,11 @@ def _task_of(state: TaskState, given: Task | None) -> Task:
     return _load(str(path), state.metadata.get(NAME_KEY))
 
 
+def _masked(value: str) -> str:
+    """`value` with the password of a URL (``scheme://user:password@host``) masked."""
+    return re.sub(r"(?<=://)([^:/@\s]+):[^@/\s]+@", r"\1:***@", value)
+
+
 def oracle_view(state: TaskState) -> SandboxView:
     """The sandbox view of the sample's trial (prompt and endpoints), for agent code."""
     opened = _OPEN.get(state.uuid)
@@ -158,7 +165,9 @@ def oracle_solver(
         state.store.set(_STORE_KEY, state.uuid)
         if not sb.ready:
             return state  # the scorer records the failed sandbox: every score unscored
-        state.metadata[ENV_KEY] = sb.env
+        # Inspect writes sample metadata into its logs: the endpoints go there with their
+        # passwords masked; agent code gets the real ones from `oracle_view(state)`.
+        state.metadata[ENV_KEY] = {k: _masked(v) for k, v in sb.env.items()}
         started = time.time()
         try:
             state = await agent(state, generate)

@@ -130,3 +130,13 @@ def test_every_trial_archived_apart(logs):
     folders = sorted(p.name for p in (tmp / "runs").iterdir())
     # careful and obedient ran the same oracle tasks: their archives do not overwrite each other
     assert len(folders) == 2 + 2 + 2 + 1, folders
+
+
+def test_endpoints_in_sample_metadata_have_their_passwords_masked():
+    from oracle.integrations.inspect import _masked
+
+    assert _masked("postgresql+psycopg://role:s3cret@127.0.0.1:5432/db") == (
+        "postgresql+psycopg://role:***@127.0.0.1:5432/db"
+    )
+    assert _masked("redis://u:p@127.0.0.1:6379/3") == "redis://u:***@127.0.0.1:6379/3"
+    assert _masked("/tmp/sandbox/agent/root") == "/tmp/sandbox/agent/root"
