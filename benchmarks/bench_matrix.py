@@ -27,13 +27,17 @@ REPETITIONS = 125
 CELLS = 4 * 2 * REPETITIONS
 REPEATS = 3
 DEMO = HERE.parent / "tasks" / "demo"
+# The four demo tasks on SQLite and folders: the figures do not depend on which servers are up.
+EMBEDDED = ", ".join(
+    f'"{DEMO}/task_{n}.py"' for n in ("log_level", "orders_cleanup", "release_notes", "user_rename")
+)
 
 
 def run(profiler: cProfile.Profile | None = None) -> Result:
     with scratch("matrix") as work:
         path = work / "m.toml"
         path.write_text(
-            f'name = "bench"\ntasks = ["{DEMO}/task_*.py"]\nrepetitions = {REPETITIONS}\n'
+            f'name = "bench"\ntasks = [{EMBEDDED}]\nrepetitions = {REPETITIONS}\n'
             '[harnesses]\ncareful = {agent = "careful"}\nobedient = {agent = "obedient"}\n'
         )
         matrix = load_matrix(path)

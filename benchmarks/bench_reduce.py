@@ -46,12 +46,16 @@ CELLS = 8 * REPETITIONS
 REPEATS = 3
 REPEATS_FLOOR = 3
 DEMO = HERE.parent / "tasks" / "demo"
+# The four demo tasks on SQLite and folders: the figures do not depend on which servers are up.
+EMBEDDED = ", ".join(
+    f'"{DEMO}/task_{n}.py"' for n in ("log_level", "orders_cleanup", "release_notes", "user_rename")
+)
 
 
 def _matrix(folder: Path, repetitions: int) -> Path:
     path = folder / f"bench-{repetitions}.toml"
     path.write_text(
-        f'name = "bench"\ntasks = ["{DEMO}/task_*.py"]\nrepetitions = {repetitions}\n'
+        f'name = "bench"\ntasks = [{EMBEDDED}]\nrepetitions = {repetitions}\n'
         '[harnesses]\ncareful = {agent = "careful"}\nobedient = {agent = "obedient"}\n'
     )
     return path

@@ -141,14 +141,26 @@ def main(argv: list[str] | None = None) -> int:
 
     started = time.perf_counter()
     results: list[Result] = []
+    failed: list[str] = []
+    old = (
+        json.loads(RESULTS.read_text(encoding="utf-8")).get("benchmarks", [])
+        if (args.filter and RESULTS.exists())
+        else []
+    )
     for b in chosen:
         print(f"running: {b.name} …", flush=True)
         t0 = time.perf_counter()
         profiler = cProfile.Profile() if args.profile else None
-        r = b.run(profiler)
+        try:
+            r = b.run(profiler)
+        except Exception as exc:  # one broken benchmark must not cost the others' figures
+            print(f"  FAILED: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+            failed.append(b.name)
+            continue
         r["date"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
         r["wall_s"] = time.perf_counter() - t0
         results.append(r)
+        _write(merge(old, results))  # after every benchmark: a later failure loses nothing
         print(f"  done in {r['wall_s']:.1f} s", flush=True)
         if profiler is not None:
             buf = io.StringIO()
@@ -157,22 +169,26 @@ def main(argv: list[str] | None = None) -> int:
             stats.sort_stats("cumulative").print_stats(args.top)
             print(buf.getvalue())
 
-    if args.filter and RESULTS.exists():
-        old = json.loads(RESULTS.read_text(encoding="utf-8")).get("benchmarks", [])
-        entries = merge(old, results)
-    else:
-        entries = merge([], results)
+    entries = merge(old, results)
+    _write(entries)
+    print()
+    print(table(entries))
+    print(f"\nwrote {RESULTS.relative_to(HERE.parent)} in {time.perf_counter() - started:.1f} s")
+    if failed:
+        print(f"failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _write(entries: list[Result]) -> None:
     doc = {
         "benchmarks": entries,
         "machine": machine(),
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
     }
-    RESULTS.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-
-    print()
-    print(table(entries))
-    print(f"\nwrote {RESULTS.relative_to(HERE.parent)} in {time.perf_counter() - started:.1f} s")
-    return 0
+    tmp = RESULTS.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    tmp.replace(RESULTS)
 
 
 if __name__ == "__main__":
