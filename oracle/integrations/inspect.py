@@ -34,9 +34,9 @@ error is raised on to Inspect (which then scores nothing for the sample).
 from __future__ import annotations
 
 import asyncio
-import re
 import atexit
 import contextlib
+import re
 import threading
 import time
 from collections.abc import Mapping
