@@ -186,8 +186,12 @@ def run_trials(
     model: str,
     profile: str,
     options: RunOptions | None = None,
+    broken: list[str] | None = None,
 ) -> list[TrialRecord]:
+    """Every trial's record; a trial that fails outside its own error boundaries is named in
+    `broken` (and printed) and the others still run."""
     records = []
+    broken = [] if broken is None else broken
     total = len(tasks) * len(agents) * repetitions
     with _progress() as progress:
         bar = progress.add_task("trials", total=total)
@@ -202,11 +206,15 @@ def run_trials(
                         model=model,
                         profile=profile,
                     )
-                    records.append(
-                        run_trial(
+                    try:
+                        result = run_trial(
                             task, agent, cell=cell, out=out, **_sandbox_options(task, options)
-                        ).record
-                    )
+                        )
+                    except Exception as exc:  # a bug of ours: named, and the run goes on
+                        broken.append(f"task {task.name!r} × agent {agent.name!r}: {exc!r}")
+                        console().print(f"[red]trial failed:[/red] {broken[-1]}")
+                    else:
+                        records.append(result.record)
                     progress.advance(bar)
     return records
 
@@ -294,12 +302,13 @@ def trial(
     tasks, down = _available(tasks)
     refused += down
     out = out or _default_out()
-    records = run_trials(tasks, agents, out, repetitions, model, profile, options)
+    broken: list[str] = []
+    records = run_trials(tasks, agents, out, repetitions, model, profile, options, broken)
     c = console()
     c.print(verdict_table(records))
     c.print(summary_table(records))
     c.print(f"archives: {out}")
-    if loaded.errors or refused:
+    if loaded.errors or refused or broken:
         raise typer.Exit(1)
 
 
@@ -436,13 +445,15 @@ def demo_command(
     out = out or _default_out()
     agents = [resolve_agent("careful"), resolve_agent("obedient")]
     report = run_all_controls(tasks, out / "controls")
-    records = run_trials(tasks, agents, out / "trials", 1, "none", "default")
+    broken: list[str] = []
+    records = run_trials(tasks, agents, out / "trials", 1, "none", "default", broken=broken)
     c = console()
     c.print(verdict_table(records, "Demo agents"))
     c.print(summary_table(records))
     for table in controls_tables(report):
         c.print(table)
     problems = list(refused) + [str(e) for e in loaded.errors] + report.errors + report.flags
+    problems += broken
     for r in records:
         if r.cell.harness == "obedient" and r.security_breached is not True:
             problems.append(f"{r.cell.task}: the obedient agent was not found breaching")

@@ -33,7 +33,11 @@ def check_relative(path: str, what: str = "path") -> str:
 @functools.lru_cache(maxsize=1024)
 def compile_glob(pattern: str) -> re.Pattern[str]:
     """A regex matching the whole relative path against `pattern`."""
-    check_relative(pattern.replace("*", "x").replace("?", "x"), "glob")
+    masked = pattern.replace("*", "x").replace("?", "x")
+    try:
+        check_relative(masked, "glob")
+    except PathOutsideRootError as exc:
+        raise PathOutsideRootError(str(exc).replace(repr(masked), repr(pattern), 1)) from None
     out = []
     i, n = 0, len(pattern)
     while i < n:

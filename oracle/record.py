@@ -10,7 +10,7 @@ import hashlib
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from oracle.claims import Claim
 from oracle.invocation import Invocation
@@ -56,7 +56,7 @@ class PredicateRecord(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str
-    value: bool | None
+    value: StrictBool | None
     error: str | None = None
     tiers: list[str] = Field(default_factory=list)
 
@@ -113,7 +113,9 @@ class Finding(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    kind: Literal["silent_success", "phantom_action", "effect_without_call", "scope"]
+    kind: Literal[
+        "silent_success", "phantom_action", "effect_without_call", "scope", "not_checked"
+    ] = Field(description="not_checked: the discrepancy step itself failed (detail says why)")
     sink: str
     change: str
     detail: str
@@ -128,9 +130,9 @@ class TrialRecord(BaseModel):
 
     schema_version: Literal[1] = 1
     cell: Cell
-    utility_achieved: bool | None
-    security_breached: bool | None
-    autonomy_achieved: bool | None
+    utility_achieved: StrictBool | None
+    security_breached: StrictBool | None
+    autonomy_achieved: StrictBool | None
     evaluation_errors: dict[str, str] = Field(
         default_factory=dict, description="metric → why it is unknown"
     )

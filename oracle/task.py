@@ -24,6 +24,8 @@ See docs/authoring.md for the whole surface.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -32,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from oracle.evaluators import Evaluator, as_evaluator, predicate_name
+from oracle.globs import PathOutsideRootError, compile_glob
 from oracle.sink import SinkSpec
 from oracle.verdict import Metric
 
@@ -236,10 +239,21 @@ class Task:
                     "injection",
                     f"planted in sink {self.injection.sink!r}, which the task does not declare",
                 )
+            if getattr(self._spec(self.injection.sink), "kind", None) == "files":
+                self._check_glob("injection", self.injection.where)
         if self.scope is not None:
+            if not isinstance(self.scope, Scope):
+                raise TaskError(self.name, "scope", "use Scope({sink: [globs]})")
             unknown = sorted(set(self.scope.allowed) - {n for n in names if n})
             if unknown:
                 raise TaskError(self.name, "scope", f"names unknown sinks: {', '.join(unknown)}")
+            for sink, globs in self.scope.allowed.items():
+                if isinstance(globs, str) or not all(isinstance(g, str) for g in globs):
+                    raise TaskError(
+                        self.name, f"scope {sink!r}", "give a list of globs, e.g. ['public/**']"
+                    )
+                for g in globs:
+                    self._check_glob(f"scope {sink!r}", g)
         self.controls = tuple(self.controls)
         for i, c in enumerate(self.controls):
             if not isinstance(c, Control):
@@ -261,6 +275,15 @@ class Task:
         if repeated:
             raise TaskError(self.name, "controls", f"control names repeat: {', '.join(repeated)}")
 
+    def _spec(self, name: str) -> SinkSpec | None:
+        return next((s for s in self.sinks if getattr(s, "name", None) == name), None)
+
+    def _check_glob(self, part: str, pattern: str) -> None:
+        try:
+            compile_glob(pattern)
+        except PathOutsideRootError as exc:
+            raise TaskError(self.name, part, str(exc)) from None
+
     @property
     def base_dir(self) -> Path:
         """The folder relative paths in the task resolve against (the task file's folder)."""
@@ -268,3 +291,31 @@ class Task:
 
     def sink_names(self) -> list[str]:
         return [s.name for s in self.sinks]
+
+
+_dataclass_init = Task.__init__
+_PARAMS = list(inspect.signature(_dataclass_init).parameters.values())[1:]  # without self
+
+
+@functools.wraps(_dataclass_init)
+def _task_init(self: Task, *args: Any, **kwargs: Any) -> None:
+    """The dataclass's own ``__init__``, with a missing or misspelt part named as a
+    `TaskError` (task and part) instead of Python's bare `TypeError`."""
+    names = [p.name for p in _PARAMS]
+    name = str(kwargs.get("name", args[0] if args else "?"))
+    unknown = [k for k in kwargs if k not in names]
+    if unknown:
+        raise TaskError(name, ", ".join(unknown), "is not a part of a task", _caller_file())
+    if len(args) > len(names):
+        raise TaskError(name, "arguments", f"{len(args)} given, at most {len(names)}")
+    missing = [
+        p.name
+        for i, p in enumerate(_PARAMS)
+        if p.default is inspect.Parameter.empty and i >= len(args) and p.name not in kwargs
+    ]
+    if missing:
+        raise TaskError(name, ", ".join(missing), "is required", _caller_file())
+    _dataclass_init(self, *args, **kwargs)
+
+
+Task.__init__ = _task_init  # type: ignore[method-assign]

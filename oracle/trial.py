@@ -240,11 +240,11 @@ class TrialSession:
         # The captured run reaches the sinks fed by the harness (the reply it captured, the
         # connections it saw refused) before the after snapshot.
         sb.receive(t.run)
-        t.injection = _injection_record(t, self._probe)
+        t.injection = _injection_record_or_why(t, self._probe)
         t.after = _observe(sb)  # 5. snapshot after, and diff
         t.diff, diff_errors = sb.diff(t.before.snapshots, t.after.snapshots)
         t.evaluation = _evaluate(t, diff_errors)  # 6. evaluate
-        t.findings = _discrepancies(t, sb)  # 7. discrepancies
+        t.findings = _discrepancies_or_why(t, sb)  # 7. discrepancies
         return self._done(_finish(t, self.out))  # 8. archive
 
     def abandon(self, why: str) -> TrialResult:
@@ -252,6 +252,7 @@ class TrialSession:
         sinks hold by then is still snapshotted and diffed, for triage."""
         t = self.trial
         t.error = f"abandoned: {why}" if t.error is None else f"{t.error}; abandoned: {why}"
+        t.evaluation = None  # whatever was judged before it broke does not stand
         if self._began and self._sandbox is not None:
             t.after = _observe(self._sandbox)
             t.diff, _ = self._sandbox.diff(t.before.snapshots, t.after.snapshots)
@@ -296,6 +297,25 @@ def _arm_reach_probe(sb: Sandbox, task: Task, before: _Observation) -> ReachProb
     except Exception:
         return None  # reach stays undetermined, which changes no verdict
     return probe if isinstance(probe, ReachProbe) else None
+
+
+def _injection_record_or_why(t: _Trial, probe: ReachProbe | None) -> InjectionRecord | None:
+    """The injection's record; where working it out fails, reach is not determined (which
+    changes no verdict) and the record says why."""
+    try:
+        return _injection_record(t, probe)
+    except Exception as exc:
+        inj = t.task.injection
+        assert inj is not None  # _injection_record returns None without raising otherwise
+        return InjectionRecord(
+            sink=inj.sink,
+            where=inj.where,
+            author=inj.author,
+            planted=None,
+            reached=None,
+            reach_note=f"could not be determined: {type(exc).__name__}: {exc}",
+            applied=t.controls.status != "control",
+        )
 
 
 def _injection_record(t: _Trial, probe: ReachProbe | None) -> InjectionRecord | None:
@@ -378,6 +398,16 @@ def _judge(
         for name, fn in evaluator.predicates
     ]
     return combine(results, evaluator.combine), results
+
+
+def _discrepancies_or_why(t: _Trial, sb: Sandbox) -> list[Finding]:
+    """The findings; where looking for them fails, one `not_checked` finding that says why
+    (findings never change a verdict, so the verdicts stand)."""
+    try:
+        return _discrepancies(t, sb)
+    except Exception as exc:
+        why = f"looking for discrepancies failed: {type(exc).__name__}: {exc}"
+        return [Finding(kind="not_checked", sink="", change="", detail=why)]
 
 
 def _discrepancies(t: _Trial, sb: Sandbox) -> list[Finding]:

@@ -78,3 +78,14 @@ def test_task_files_can_import_a_helper_beside_them(write_task, tmp_path):
         task = Task(name="uses-helper", prompt="p", sinks=[sqlite("db", sql=SEED)])
     """)
     assert [t.name for t in load_tasks([path]).tasks] == ["uses-helper"]
+
+
+def test_missing_part_names_the_task_and_the_part(write_task):
+    path = write_task("""
+        from oracle import Task, sqlite
+        task = Task(name="no-prompt", sinks=[sqlite("db", sql="x")])
+    """)
+    (err,) = load_tasks([path]).errors
+    assert err.source == path
+    assert err.part == "task 'no-prompt', prompt"
+    assert "is required" in err.message

@@ -65,3 +65,21 @@ def test_cell_identity():
     long = Cell(harness="cmd:" + "x" * 500, task="t")
     other = Cell(harness="cmd:" + "x" * 499 + "y", task="t")
     assert len(long.folder) < 250 and long.folder != other.folder
+
+
+@pytest.mark.parametrize("value", [0, 1, "false", "true", "no", "off", 1.0])
+@pytest.mark.parametrize("field", ["utility_achieved", "security_breached", "autonomy_achieved"])
+def test_a_verdict_that_is_not_a_json_bool_is_refused(field, value):
+    base = dict(
+        cell=Cell(harness="h", task="t"),
+        started_at=0,
+        finished_at=1,
+        utility_achieved=None,
+        security_breached=None,
+        autonomy_achieved=None,
+    )
+    with pytest.raises(ValidationError):
+        TrialRecord(**{**base, field: value})
+    raw = TrialRecord(**base).model_dump(mode="json")
+    with pytest.raises(ValidationError):
+        TrialRecord.model_validate_json(json.dumps({**raw, field: value}))

@@ -78,3 +78,38 @@ def test_controls_expectations():
 def test_folder_and_db_in_one_task():
     t = make(sinks=[DB, folder("root", template={"a.txt": "a"})])
     assert t.sink_names() == ["db", "root"]
+
+
+@pytest.mark.parametrize(
+    ("kw", "part", "text"),
+    [
+        ({"scope": Scope({"root": ["../*"]})}, "scope 'root'", "'../*' leaves the root"),
+        ({"scope": Scope({"root": ["/etc/**"]})}, "scope 'root'", "absolute"),
+        ({"scope": Scope({"root": "public/**"})}, "scope 'root'", "list of globs"),
+        (
+            {"injection": Injection("x", sink="root", where="../notes.md")},
+            "injection",
+            "leaves the root",
+        ),
+    ],
+)
+def test_paths_that_leave_the_root_are_refused_when_the_task_is_built(kw, part, text):
+    with pytest.raises(TaskError) as info:
+        make(sinks=[folder("root", template={"a.txt": "x"})], **kw)
+    assert (info.value.task, info.value.part) == ("t1", part)
+    assert text in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("kw", "part", "text"),
+    [
+        ({"name": "t2", "sinks": [DB]}, "prompt", "is required"),
+        ({"name": "t2"}, "prompt, sinks", "is required"),
+        ({"name": "t2", "prompt": "p", "sinks": [DB], "utilty": fired}, "utilty", "not a part"),
+    ],
+)
+def test_a_missing_or_misspelt_part_is_named_not_a_bare_type_error(kw, part, text):
+    with pytest.raises(TaskError) as info:
+        Task(**kw)
+    assert (info.value.task, info.value.part) == ("t2", part)
+    assert text in str(info.value)

@@ -11,7 +11,7 @@ import pytest
 from oracle import Injection, RunRecord, Sandbox, Task, folder, load_tasks, run_trial, sqlite
 from oracle.archive import verify_archive
 from oracle.demo import careful, obedient
-from oracle.invocation import Invocation
+from oracle.invocation import Invocation, Step
 from oracle.record import TrialRecord
 from oracle.sink import Provisioned
 from tests.conftest import DEMO, agent
@@ -333,3 +333,144 @@ class FailingFixture:
 
     def teardown(self):
         FailingFixture.torn_down = True
+
+
+def test_database_left_locked_by_the_agent_is_unknown_never_nothing_changed():
+    import sqlite3
+
+    holders = []
+
+    def lock_and_leave(view):
+        c = sqlite3.connect(view.env["ORACLE_DB_PATH"], isolation_level=None)
+        c.execute("BEGIN EXCLUSIVE")
+        c.execute("INSERT INTO t VALUES (2, 'b')")
+        holders.append(c)  # the lock outlives the agent's turn
+
+    task = small_task(sinks=[sqlite("db", sql=SEED, timeout=0.2)])
+    try:
+        r = run_trial(task, agent(lock_and_leave)).record
+    finally:
+        for c in holders:
+            c.close()
+    assert r.utility_achieved is None and r.security_breached is None
+    assert "locked" in r.observation_errors["db"]
+    assert "db" in r.evaluation_errors["security_breached"]
+    assert r.diff == {} or r.diff.get("db", {}).get("changes") in (None, [])
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to drop to nobody")
+def test_file_the_oracle_cannot_read_is_unknown_and_named():
+    # The file sink reads as the oracle; a file the agent made unreadable to it must not look
+    # unchanged. The trial runs in a child dropped to nobody, so the mode bits bind.
+    def changed(ev):
+        return bool(ev.diff.files("root").modified("*"))
+
+    def hide(view):
+        path = Path(view.env["ORACLE_TASK_ROOT"]) / "a.txt"
+        path.write_text("changed")
+        path.chmod(0)
+
+    task = small_task(
+        sinks=[folder("root", template={"a.txt": "seed"})], utility=changed, security=changed
+    )
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through the pipe
+        os.close(read)
+        try:
+            os.setgid(65534)
+            os.setuid(65534)
+            r = run_trial(task, agent(hide)).record
+            out = [r.utility_achieved, r.security_breached, r.observation_errors]
+        except BaseException as exc:
+            out = repr(exc)
+        os.write(write, json.dumps(out).encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        got = json.loads(pipe.read())
+    os.waitpid(pid, 0)
+    assert isinstance(got, list), got
+    utility, security, errors = got
+    assert (utility, security) == (None, None)
+    assert "a.txt" in errors["root"] and "Permission denied" in errors["root"]
+
+
+def test_predicate_asking_for_a_path_outside_the_root_is_an_error_naming_it():
+    def peeks_outside(ev):
+        return ev.after.files("root").text("../../etc/passwd") is not None
+
+    task = small_task(sinks=[folder("root", template={"a.txt": "x"})], utility=peeks_outside)
+    r = run_trial(task, agent(lambda view: None)).record
+    assert r.utility_achieved is None
+    assert "peeks_outside" in r.evaluation_errors["utility_achieved"]
+    assert "leaves the root" in r.evaluation_errors["utility_achieved"]
+
+
+def test_discrepancy_step_that_breaks_is_recorded_and_the_verdicts_stand(monkeypatch):
+    import oracle.trial
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("claims parser broke")
+
+    monkeypatch.setattr(oracle.trial, "claim_findings", broken)
+    r = run_trial(small_task(), agent(insert)).record
+    assert (r.utility_achieved, r.security_breached) == (True, False)
+    (finding,) = r.findings
+    assert finding.kind == "not_checked" and "claims parser broke" in finding.detail
+
+
+def test_injection_reach_that_cannot_be_worked_out_is_undetermined_not_a_crash(monkeypatch):
+    import oracle.trial
+
+    def broken(**kwargs):
+        raise RuntimeError("reach broke")
+
+    monkeypatch.setattr(oracle.trial.reach_mod, "combine", broken)
+    task = small_task(injection=Injection("ignore that", sink="db", where="t.v"))
+    r = run_trial(task, agent(insert)).record
+    assert r.injection is not None and r.injection.reached is None
+    assert "reach broke" in r.injection.reach_note
+    assert r.utility_achieved is True  # undetermined reach changes no verdict
+
+
+def test_a_trial_that_breaks_after_evaluation_is_abandoned_with_every_verdict_unknown(
+    tmp_path, monkeypatch
+):
+    import oracle.trial
+
+    real = oracle.trial.write_archive
+    calls = []
+
+    def full_disk_once(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise OSError(28, "No space left on device")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(oracle.trial, "write_archive", full_disk_once)
+    from oracle.record import Cell
+    from oracle.trial import TrialSession
+
+    task = small_task(security=added)  # the insert is a breach here
+    with (
+        pytest.raises(OSError),
+        TrialSession(task, Cell(harness="h", task=task.name), out=tmp_path) as s,
+    ):
+        assert s.begin()
+        insert(s.view())
+        s.finish(
+            RunRecord(
+                Invocation(
+                    adapter="callable",
+                    agent="h",
+                    started=True,
+                    exit_code=0,
+                    steps=[Step(name="run", outcome="succeeded")],
+                )
+            )
+        )
+    r = s.result.record
+    assert "abandoned" in r.error and "No space left" in r.error
+    assert (r.utility_achieved, r.security_breached, r.autonomy_achieved) == (None, None, None)
+    assert r.diff["db"]["changes"][0]["change"] == "row_added"  # kept for triage

@@ -490,23 +490,32 @@ class FolderSink:
         stack = [("", str(self.root))]
         while stack:
             rel_dir, abs_dir = stack.pop()
-            try:
-                with os.scandir(abs_dir) as it:
-                    found = sorted(it, key=lambda e: e.name)
-            except OSError as exc:
-                raise SnapshotError(self.name, f"cannot list {abs_dir}: {exc}") from exc
-            for de in found:
-                rel = f"{rel_dir}{de.name}"
-                try:
-                    est = de.stat(follow_symlinks=False)
-                except OSError as exc:
-                    raise SnapshotError(self.name, f"cannot stat {de.path}: {exc}") from exc
+            for name, est in self._list(abs_dir):
+                rel = f"{rel_dir}{name}"
+                path = os.path.join(abs_dir, name)
                 if stat.S_ISDIR(est.st_mode):
                     if self._pruned(rel):
                         continue
-                    stack.append((rel + "/", de.path))
+                    stack.append((rel + "/", path))
                 if self._wanted(rel):
-                    yield rel, de.path, est
+                    yield rel, path, est
+
+    def _list(self, abs_dir: str) -> list[tuple[str, os.stat_result]]:
+        """The entries of one folder with their own (never followed) status, sorted by name.
+        The folder is opened with O_NOFOLLOW: one swapped for a link since it was listed as a
+        folder is refused, never walked into."""
+        try:
+            fd = os.open(abs_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except OSError as exc:
+            raise SnapshotError(self.name, f"cannot list {abs_dir}: {exc}") from exc
+        try:
+            with os.scandir(fd) as it:
+                found = [(de.name, de.stat(follow_symlinks=False)) for de in it]
+        except OSError as exc:
+            raise SnapshotError(self.name, f"cannot list {abs_dir}: {exc}") from exc
+        finally:
+            os.close(fd)
+        return sorted(found)
 
     def _entry(
         self,

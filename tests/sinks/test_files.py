@@ -217,3 +217,47 @@ def test_unreadable_file_fails_the_snapshot():
         for p in base.iterdir():
             p.unlink()
         base.rmdir()
+
+
+def _swapping(sink, rel, swap):
+    """Make `sink` list `rel` as it is, then run `swap` before it is read (a race)."""
+    walk = sink._walk
+
+    def raced():
+        for item in walk():
+            if item[0] == rel:
+                swap()
+            yield item
+
+    sink._walk = raced
+
+
+def test_a_file_swapped_for_a_link_after_listing_is_refused_not_followed(root, tmp_path):
+    secret = tmp_path / "secret.txt"
+    secret.write_text("do not read me\n")
+    sink = FolderSink("root", root, trust_stat=False)
+
+    def swap():
+        (root / "notes.md").unlink()
+        os.symlink(secret, root / "notes.md")
+
+    _swapping(sink, "notes.md", swap)
+    with pytest.raises(SnapshotError) as info:
+        sink.snapshot()
+    assert "notes.md" in str(info.value)
+
+
+def test_a_folder_swapped_for_a_link_after_listing_is_refused_not_walked(root, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("do not read me\n")
+    sink = FolderSink("root", root)
+
+    def swap():
+        (root / "config").rename(tmp_path / "config-moved")
+        os.symlink(outside, root / "config")
+
+    _swapping(sink, "config", swap)
+    with pytest.raises(SnapshotError) as info:
+        sink.snapshot()
+    assert "config" in str(info.value)
