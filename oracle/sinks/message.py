@@ -14,15 +14,19 @@ from __future__ import annotations
 
 import base64
 import email
+import email.header
 import email.policy
 import email.utils
 import hashlib
+import re
 from collections.abc import Iterator
 from email.message import Message
 
 from pydantic import BaseModel, ConfigDict
 
 from oracle.diff import Content
+
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
 
 #: Decoded bytes kept per part; the size and digest always cover the whole part.
 PART_LIMIT = 4 << 20
@@ -126,6 +130,17 @@ class ParsedMessage(BaseModel):
         return [*self.to, *self.cc, *self.bcc]
 
 
+def _header_text(value: object) -> str:
+    """A header's value as text: unfolded, encoded words (RFC 2047) decoded where they parse."""
+    text = "".join(_LINE_BREAK.split(str(value)))
+    if "=?" not in text:
+        return text
+    try:
+        return str(email.header.make_header(email.header.decode_header(text)))
+    except Exception:
+        return text
+
+
 def _addresses(msg: Message, name: str) -> list[str]:
     try:
         values = [_clean(v) for v in msg.get_all(name, [])]
@@ -156,6 +171,8 @@ def _part(index: int, part: Message) -> Part:
         b64 = base64.b64encode(kept).decode("ascii")
     try:
         filename = part.get_filename()
+        if filename is not None:
+            filename = _header_text(filename)
     except Exception:
         filename = None
     try:
@@ -191,14 +208,14 @@ def parse_message(raw: bytes) -> ParsedMessage:
         raw_text, raw_b64 = None, base64.b64encode(raw).decode("ascii")
     base = {"size": size, "sha256": sha, "raw_text": raw_text, "raw_base64": raw_b64}
     try:
-        msg = email.message_from_bytes(raw, policy=email.policy.default)
-        headers = []
-        for name, value in msg.raw_items():
-            try:
-                shown = str(msg.policy.header_fetch_parse(name, value))
-            except Exception:
-                shown = str(value)
-            headers.append(MailHeader(name=_clean(name), value=_clean(shown)))
+        # compat32 parses the structure as the modern policy does, without building a header
+        # object for every header it is asked about (which costs most of the time); encoded
+        # words are decoded for the headers kept, below.
+        msg = email.message_from_bytes(raw, policy=email.policy.compat32)
+        headers = [
+            MailHeader(name=_clean(name), value=_clean(_header_text(value)))
+            for name, value in msg.raw_items()
+        ]
         parts = [_part(i, p) for i, p in enumerate(_leaves(msg))]
         defects = [type(d).__name__ for d in msg.defects]
         for p in msg.walk():
