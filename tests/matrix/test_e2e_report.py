@@ -290,6 +290,22 @@ def test_a_malformed_matrix_is_named_with_its_line(tmp_path: Path):
     assert not (tmp_path / "run").exists()
 
 
+def test_an_unknown_agent_is_named_with_its_line_and_nothing_runs(tmp_path: Path):
+    oracle("keys", "new", "--out", "keys", cwd=tmp_path)
+    bad = tmp_path / "bad.toml"
+    bad.write_text(
+        f'tasks = ["{REPO / "tasks/demo/task_log_level.py"}"]\n'
+        '[harnesses.a]\nagent = "careful"\n[harnesses.b]\nagent = "nosuchagent"\n'
+    )
+    out = oracle(
+        "matrix", "run", str(bad), "--out", "run", "--key", "keys/oracle.key", cwd=tmp_path
+    )
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert f"{bad}:5: harnesses.b.agent: unknown agent 'nosuchagent'" in out.stdout
+    assert "Traceback" not in out.stdout + out.stderr
+    assert not (tmp_path / "run").exists()
+
+
 def test_the_report_may_not_land_inside_the_run(tmp_path: Path):
     oracle("keys", "new", "--out", "keys", cwd=tmp_path)
     (tmp_path / "run").mkdir()

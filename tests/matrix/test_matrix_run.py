@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from oracle.cell_archive import open_cell
-from oracle.matrix import load_matrix
+from oracle.matrix import MatrixError, load_matrix
 from oracle.matrix_run import run_matrix
 from oracle.reduce import expected_from, verify_run
 from oracle.signing import new_key, signature_path, write_key_pair
@@ -112,6 +112,33 @@ def test_cells_run_side_by_side_in_sandboxes_of_their_own(tmp_path: Path):
     assert overlapping, f"no two cells ran at the same time: {spans}"
     pids = {f["marker"].split("-")[0] for f in probes}
     assert len(pids) == 2  # two worker processes
+
+
+@pytest.mark.parametrize(
+    ("agent", "why"),
+    [
+        ("nosuchagent", "unknown agent 'nosuchagent': use one of careful"),
+        ("no_such_package.agents:act", "No module named 'no_such_package'"),
+        ("{dir}/broken.py:act", "could not be loaded: ZeroDivisionError: division by zero"),
+    ],
+)
+def test_an_agent_that_cannot_be_resolved_is_named_before_anything_is_written(
+    tmp_path: Path, agent: str, why: str
+):
+    (tmp_path / "broken.py").write_text("x = 1 / 0\n\ndef act(view):\n    pass\n")
+    path = write_matrix(
+        tmp_path,
+        tasks=str(REPO / "tasks/demo/task_log_level.py"),
+        harnesses=f'careful = {{agent = "careful"}}\n\n[harnesses.odd]\n'
+        f'agent = "{agent.format(dir=tmp_path)}"',
+    )
+    line = path.read_text().splitlines().index(f'agent = "{agent.format(dir=tmp_path)}"') + 1
+    with pytest.raises(MatrixError) as info:
+        run_matrix(load_matrix(path), tmp_path / "run", new_key(), jobs=2)
+    message = str(info.value)
+    assert message.startswith(f"{path}:{line}: harnesses.odd.agent: "), message
+    assert why in message
+    assert not (tmp_path / "run").exists()  # no output folder, no controls run
 
 
 def test_resume_keeps_finished_cells_and_reruns_half_written_ones(
