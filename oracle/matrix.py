@@ -61,7 +61,8 @@ class HarnessSpec(BaseModel):
 
 
 class ModelSpec(BaseModel):
-    """A model: who serves it and which version; compared under ``--require-parity``."""
+    """A model: who serves it and which version. Every cell's archive records both; under
+    ``--require-parity`` the reducer holds each archive to what the matrix declares here."""
 
     model_config = ConfigDict(extra="forbid")
 
