@@ -310,15 +310,17 @@ def _check_parity(root: Path, opened: list[OpenedCell], expected: Expected) -> l
         declared = expected.meta.get(c.record.cell.id)
         if declared is None:
             continue  # an unexpected cell, already rejected
-        got = (c.meta.model.provider, c.meta.model.version)
-        want = (declared.model.provider, declared.model.version)
-        if got != want:
+        served = f"{c.meta.model.provider}/{c.meta.model.version}"
+        named = f"{declared.model.provider}/{declared.model.version}"
+        if (c.meta.model.provider, c.meta.model.version) != (
+            declared.model.provider,
+            declared.model.version,
+        ):
             bad.append(
                 Rejection(
                     _rel(c.path, root),
                     "parity",
-                    f"model {c.meta.model.name!r} is {got[0]}/{got[1]}; the matrix declares "
-                    f"{want[0]}/{want[1]}",
+                    f"model {c.meta.model.name!r} is {served}; the matrix declares {named}",
                 )
             )
     # Task code: the cells were made from the task files the matrix names today.
