@@ -136,8 +136,10 @@ class WorkerContext:
         """One cell in a fresh sandbox of its own; the packed, unsigned archive."""
         task = self.tasks[cell.task]
         agent = self.agent(cell)
-        # A tag unique to the cell and process: names anything a fixture creates outside the
-        # sandbox folder (a database, a port), so concurrent cells never share one.
+        # A label of the cell's sandbox (`Place.tag`). Concurrent cells do not rely on it: what
+        # fixtures make outside the sandbox folder is named with a random token (databases,
+        # accounts, queue names) or bound to a port the system assigns (SMTP server, egress
+        # recorder), so no two sandboxes share one.
         tag = "c" + hashlib.sha256(f"{cell.id}|{os.getpid()}".encode()).hexdigest()[:10]
         sandbox = Sandbox(task, tag=tag)
         try:
