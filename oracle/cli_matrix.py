@@ -156,7 +156,11 @@ def reduce_command(
     ] = None,
     require_parity: Annotated[
         bool,
-        typer.Option("--require-parity", help="reject mixed runtime/provider/model/task versions"),
+        typer.Option(
+            "--require-parity",
+            help="reject mixed runtime versions, a model provider/version other than the "
+            "matrix declares, and changed task code",
+        ),
     ] = False,
     max_members: Annotated[int, typer.Option(help="members per archive")] = Limits.max_members,
     max_member_bytes: Annotated[

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import sys
+import threading
 import traceback
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -71,6 +72,13 @@ def task_files(paths: Iterable[str | Path]) -> tuple[list[Path], list[LoadError]
     return unique, errors
 
 
+# Loading a task must not write beside it: with bytecode caching on, importing a task file
+# (and any helper module it imports from its folder) leaves a __pycache__ folder in the task
+# tree, so a reduction or a run would write outside its output folder. The flag is
+# process-wide; the lock keeps two loading threads from restoring it under each other.
+_NO_BYTECODE = threading.RLock()
+
+
 def _import(path: Path) -> ModuleType:
     digest = hashlib.sha256(str(path).encode()).hexdigest()[:10]
     name = f"oracle_tasks_{digest}.{path.stem}"
@@ -78,13 +86,17 @@ def _import(path: Path) -> ModuleType:
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot import {path}")
     module = importlib.util.module_from_spec(spec)
-    # The task's folder is importable while it loads, so tasks can share a helper module.
-    sys.path.insert(0, str(path.parent))
-    try:
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(path.parent))
+    with _NO_BYTECODE:
+        was = sys.dont_write_bytecode
+        sys.dont_write_bytecode = True
+        # The task's folder is importable while it loads, so tasks can share a helper module.
+        sys.path.insert(0, str(path.parent))
+        try:
+            sys.modules[name] = module
+            spec.loader.exec_module(module)
+        finally:
+            sys.path.remove(str(path.parent))
+            sys.dont_write_bytecode = was
     return module
 
 

@@ -26,7 +26,7 @@ import glob
 import hashlib
 import re
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +61,8 @@ class HarnessSpec(BaseModel):
 
 
 class ModelSpec(BaseModel):
-    """A model: who serves it and which version; compared under ``--require-parity``."""
+    """A model: who serves it and which version. Every cell's archive records both; under
+    ``--require-parity`` the reducer holds each archive to what the matrix declares here."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -127,10 +128,22 @@ class Matrix:
     spec: MatrixFile
     path: Path
     digest: str
+    #: The file's text, to name the line of a key in later errors (`where`).
+    text: str = field(default="", repr=False, compare=False)
 
     @property
     def name(self) -> str:
         return self.spec.name
+
+    def where(self, *loc: str) -> str:
+        """``file:line`` of the key at `loc` (``file`` alone when no line defines it).
+
+        >>> m = parse_matrix(b'tasks = ["t"]\\n[harnesses.a]\\nagent = "x"\\n', Path("m.toml"))
+        >>> m.where("harnesses", "a", "agent").endswith("m.toml:3")
+        True
+        """
+        line = line_of(self.text, list(loc))
+        return f"{self.path}:{line}" if line else str(self.path)
 
     def task_paths(self) -> list[Path]:
         """Every task path the matrix names: globs expanded relative to the matrix file."""
@@ -220,7 +233,7 @@ def parse_matrix(data: bytes, path: Path) -> Matrix:
             where = f"{path}:{line}" if line else str(path)
             lines.append(f"{where}: {'.'.join(loc) or '(top level)'}: {err['msg']}")
         raise MatrixError("\n".join(lines)) from None
-    return Matrix(spec, path.resolve(), "sha256:" + hashlib.sha256(data).hexdigest())
+    return Matrix(spec, path.resolve(), "sha256:" + hashlib.sha256(data).hexdigest(), text)
 
 
 _HEADER = re.compile(r"^\s*\[\[?\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")

@@ -89,6 +89,27 @@ def _setting_env(matrix: Matrix, cell: Cell) -> dict[str, str]:
     return env
 
 
+def resolve_agents(matrix: Matrix) -> dict[str, Agent]:
+    """Every harness's agent, resolved as the CLI resolves ``--agent``. An unknown name, or a
+    module or file that cannot be loaded, is a `MatrixError` naming the matrix file and the
+    line of that harness's ``agent`` key."""
+    from oracle.cli import UsageError, resolve_agent  # resolved as the CLI resolves them
+
+    agents: dict[str, Agent] = {}
+    for name, harness in matrix.spec.harnesses.items():
+        try:
+            agents[name] = resolve_agent(harness.agent)
+        except Exception as exc:  # loading an agent's module runs its code: anything may fail
+            why = (
+                str(exc)
+                if isinstance(exc, UsageError)
+                else f"agent {harness.agent!r} could not be loaded: {type(exc).__name__}: {exc}"
+            )
+            where = matrix.where("harnesses", name, "agent")
+            raise MatrixError(f"{where}: harnesses.{name}.agent: {why}") from None
+    return agents
+
+
 @dataclass
 class WorkerContext:
     """What a worker loads once: the matrix, its tasks by name, its agents by harness."""
@@ -99,27 +120,26 @@ class WorkerContext:
 
     @classmethod
     def load(cls, matrix_bytes: bytes, matrix_path: str) -> WorkerContext:
+        """The matrix, every harness's agent and every task; `MatrixError` names the file and
+        line of an agent that cannot be resolved, and the task file that cannot be loaded."""
         matrix = parse_matrix(matrix_bytes, Path(matrix_path))
+        agents = resolve_agents(matrix)
         loaded = load_tasks(matrix.task_paths())
         if loaded.errors:
             raise MatrixError("; ".join(str(e) for e in loaded.errors))
-        return cls(matrix, {t.name: t for t in loaded.tasks})
+        return cls(matrix, {t.name: t for t in loaded.tasks}, agents)
 
     def agent(self, cell: Cell) -> Agent:
-        if cell.harness not in self.agents:
-            from oracle.cli import resolve_agent  # agent names are resolved where the CLI does
-
-            self.agents[cell.harness] = resolve_agent(
-                self.matrix.spec.harnesses[cell.harness].agent
-            )
         return MatrixAgent(self.agents[cell.harness], _setting_env(self.matrix, cell))
 
     def run_cell(self, cell: Cell) -> PackedCell:
         """One cell in a fresh sandbox of its own; the packed, unsigned archive."""
         task = self.tasks[cell.task]
         agent = self.agent(cell)
-        # A tag unique to the cell and process: names anything a fixture creates outside the
-        # sandbox folder (a database, a port), so concurrent cells never share one.
+        # A label of the cell's sandbox (`Place.tag`). Concurrent cells do not rely on it: what
+        # fixtures make outside the sandbox folder is named with a random token (databases,
+        # accounts, queue names) or bound to a port the system assigns (SMTP server, egress
+        # recorder), so no two sandboxes share one.
         tag = "c" + hashlib.sha256(f"{cell.id}|{os.getpid()}".encode()).hexdigest()[:10]
         sandbox = Sandbox(task, tag=tag)
         try:

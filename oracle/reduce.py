@@ -47,7 +47,8 @@ SET_RULES: dict[str, str] = {
     "controls-missing": "a task of the matrix has no controls result",
     "duplicate-controls": "a task has two controls results",
     "task-digest-mismatch": "cells or controls of one task were made from different task code",
-    "parity": "under --require-parity: runtime, provider, model or task versions differ",
+    "parity": "under --require-parity: runtime versions differ between archives, a model's "
+    "provider or version is not the one the matrix declares, or task code changed",
 }
 RULES: dict[str, str] = {**ARCHIVE_RULES, **SET_RULES}
 __doc__ = (__doc__ or "") + "".join(f"\n- ``{k}``: {v}" for k, v in SET_RULES.items())
@@ -225,8 +226,8 @@ def _check_set(
 
 def _identity(m: CellMeta) -> CellMeta:
     """What must match the matrix exactly. The model's provider and version are left to
-    parity: they describe what served the model, and mixing them is refused only under
-    ``--require-parity`` (the report lists every version it saw)."""
+    parity: they describe what served the model, and a difference from the matrix is refused
+    only under ``--require-parity`` (the report lists every version it saw)."""
     return m.model_copy(
         update={
             "matrix_digest": "",
@@ -302,23 +303,26 @@ def _check_parity(root: Path, opened: list[OpenedCell], expected: Expected) -> l
                             f"runtime {k} is {v!r}; {n} other archive(s) have {common!r}",
                         )
                     )
-    # Provider and model version: the same for a model name across every harness and profile.
-    by_model: dict[str, Counter[tuple[str, str]]] = defaultdict(Counter)
+    # Provider and model version: what the matrix declares for the cell's model. Compared
+    # with the matrix, not only across archives: a run whose cells all agree with each other
+    # but were made with another provider or version than the matrix names is not this matrix.
     for c in opened:
-        by_model[c.meta.model.name][(c.meta.model.provider, c.meta.model.version)] += 1
-    for name, pv_counts in by_model.items():
-        if len(pv_counts) > 1:
-            usual = pv_counts.most_common(1)[0][0]
-            for c in opened:
-                got = (c.meta.model.provider, c.meta.model.version)
-                if c.meta.model.name == name and got != usual:
-                    bad.append(
-                        Rejection(
-                            _rel(c.path, root),
-                            "parity",
-                            f"model {name!r} is {got[0]}/{got[1]}, elsewhere {usual[0]}/{usual[1]}",
-                        )
-                    )
+        declared = expected.meta.get(c.record.cell.id)
+        if declared is None:
+            continue  # an unexpected cell, already rejected
+        served = f"{c.meta.model.provider}/{c.meta.model.version}"
+        named = f"{declared.model.provider}/{declared.model.version}"
+        if (c.meta.model.provider, c.meta.model.version) != (
+            declared.model.provider,
+            declared.model.version,
+        ):
+            bad.append(
+                Rejection(
+                    _rel(c.path, root),
+                    "parity",
+                    f"model {c.meta.model.name!r} is {served}; the matrix declares {named}",
+                )
+            )
     # Task code: the cells were made from the task files the matrix names today.
     for c in opened:
         want = expected.task_digests.get(c.record.cell.task)

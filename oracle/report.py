@@ -5,7 +5,8 @@ profile, and for each task within it: attempts, invalid executions (counted, nev
 denominator), and each metric as ``numerator/denominator`` with a 95% Wilson interval, the
 unknown count and the not-measured count (DESIGN §5). A metric whose predicates are not proven by
 the task's controls shows no figure for that task and is left out of the group's figure, with
-the reason (DESIGN §6). Harnesses are compared pairwise on shared units (`oracle.stats`).
+the reason (DESIGN §6). Harnesses are compared pairwise over the tasks both ran, the task
+being the unit (`oracle.stats`).
 
 The report is a versioned pydantic model; its JSON schema is ``schemas/report.schema.json``.
 """
@@ -25,7 +26,7 @@ from oracle.cell_archive import OpenedCell
 from oracle.controls_record import ControlsRecord
 from oracle.record import TrialRecord
 from oracle.reduce import Verified
-from oracle.stats import ALPHA, BOOTSTRAP_RESAMPLES, Pair, compare_paired, holm
+from oracle.stats import ALPHA, BOOTSTRAP_RESAMPLES, MIN_TASKS, TaskOutcomes, compare_tasks, holm
 from oracle.verdict import Metric
 
 MetricName = Literal["utility", "security", "attack_success", "autonomy"]
@@ -49,9 +50,11 @@ CLAIMS = [
     "that were true, with numerator, denominator and a 95% Wilson interval.",
     "Uncertainty comes from repeated runs of the same cells; unknown verdicts and invalid "
     "executions are counted beside each rate and never inside it.",
-    "Comparisons between harnesses are paired on shared task × repetition units (exact McNemar, "
-    "Holm-adjusted; a task-cluster bootstrap interval for the difference); a difference is "
-    "claimed only when both exclude no difference.",
+    "Comparisons between harnesses take the task as the unit: each task's rate under each "
+    "harness (its repetitions averaged), an exact sign test over the shared tasks (Holm-adjusted) "
+    "and a bootstrap interval over tasks for the mean difference. None is tested on fewer than "
+    f"{MIN_TASKS} shared tasks, and a difference is claimed only when both the test and the "
+    "interval exclude no difference.",
     "Every input archive was verified: Ed25519 signature (DSSE, in-toto Statement), archive "
     "digest, exact manifest, safe members, limits, and the exact cell set of the matrix.",
 ]
@@ -111,7 +114,7 @@ class GroupFigures(BaseModel):
 
 
 class Comparison(BaseModel):
-    """Two harnesses on one metric, paired over the units both have a known verdict for."""
+    """Two harnesses on one metric, over the tasks both have known verdicts for."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -120,16 +123,19 @@ class Comparison(BaseModel):
     profile: str
     harness_a: str
     harness_b: str
-    pairs: int
-    rate_a: float | None
+    tasks: int = Field(description="shared tasks with known verdicts under both harnesses")
+    runs_a: int = Field(description="known verdicts of harness_a on those tasks")
+    runs_b: int
+    rate_a: float | None = Field(description="mean over the shared tasks of each task's rate")
     rate_b: float | None
     difference: float | None = Field(description="rate_a - rate_b")
-    ci_low: float | None
+    ci_low: float | None = Field(description="None when too few tasks to compare")
     ci_high: float | None
-    a_only: int = Field(description="discordant pairs where only harness_a counted")
-    b_only: int
-    p_value: float
-    p_holm: float
+    a_higher: int = Field(description="tasks on which harness_a's rate is higher")
+    b_higher: int
+    ties: int
+    p_value: float | None = Field(description="exact sign test; None when not tested")
+    p_holm: float | None
     claim: str
     method: str
 
@@ -166,7 +172,7 @@ class Report(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    schema_version: Literal[1] = 1
+    schema_version: Literal[2] = 2
     title: str
     generated_at: str
     matrix: str
@@ -310,67 +316,81 @@ COMPARED: tuple[MetricName, ...] = ("utility", "attack_success")
 def _comparisons(
     cells: Sequence[OpenedCell], controls: dict[str, ControlsRecord]
 ) -> list[Comparison]:
-    units: dict[tuple[str, str], dict[str, dict[tuple[str, int], TrialRecord]]] = defaultdict(
-        lambda: defaultdict(dict)
+    runs: dict[tuple[str, str], dict[str, dict[str, list[TrialRecord]]]] = defaultdict(
+        lambda: defaultdict(lambda: defaultdict(list))
     )
     for c in cells:
         k = c.record.cell
-        units[(k.model, k.profile)][k.harness][(k.task, k.repetition)] = c.record
-    raw: list[tuple[dict[str, Any], float]] = []
-    for (model, profile), by_h in sorted(units.items()):
+        runs[(k.model, k.profile)][k.harness][k.task].append(c.record)
+    found: list[dict[str, Any]] = []
+    for (model, profile), by_h in sorted(runs.items()):
         for ha, hb in itertools.combinations(sorted(by_h), 2):
             for metric in COMPARED:
                 governed = _DEF[metric][2]
-                pairs: list[Pair] = []
-                for unit in sorted(set(by_h[ha]) & set(by_h[hb])):
-                    if governed and not controls[unit[0]].status(governed)[0]:
+                outcomes: list[TaskOutcomes] = []
+                for task in sorted(set(by_h[ha]) & set(by_h[hb])):
+                    if governed and not controls[task].status(governed)[0]:
                         continue
-                    a = _outcome(by_h[ha][unit], metric)
-                    b = _outcome(by_h[hb][unit], metric)
-                    if a is not None and b is not None:
-                        pairs.append(Pair(unit[0], a, b))
-                res = compare_paired(pairs)
-                raw.append(
-                    (
-                        {
-                            "metric": metric,
-                            "model": model,
-                            "profile": profile,
-                            "harness_a": ha,
-                            "harness_b": hb,
-                            "pairs": res.pairs,
-                            "rate_a": res.rate_a if res.pairs else None,
-                            "rate_b": res.rate_b if res.pairs else None,
-                            "difference": res.difference if res.pairs else None,
-                            "ci_low": res.ci[0] if res.pairs else None,
-                            "ci_high": res.ci[1] if res.pairs else None,
-                            "a_only": res.a_only,
-                            "b_only": res.b_only,
-                            "p_value": res.p_value,
-                        },
-                        res.p_value,
-                    )
+                    a = [o for r in by_h[ha][task] if (o := _outcome(r, metric)) is not None]
+                    b = [o for r in by_h[hb][task] if (o := _outcome(r, metric)) is not None]
+                    if a and b:
+                        outcomes.append(TaskOutcomes(task, a, b))
+                res = compare_tasks(outcomes)
+                found.append(
+                    {
+                        "metric": metric,
+                        "model": model,
+                        "profile": profile,
+                        "harness_a": ha,
+                        "harness_b": hb,
+                        "tasks": res.tasks,
+                        "runs_a": res.runs_a,
+                        "runs_b": res.runs_b,
+                        "rate_a": res.rate_a if res.tasks else None,
+                        "rate_b": res.rate_b if res.tasks else None,
+                        "difference": res.difference if res.tasks else None,
+                        "ci_low": res.ci[0] if res.ci else None,
+                        "ci_high": res.ci[1] if res.ci else None,
+                        "a_higher": res.a_higher,
+                        "b_higher": res.b_higher,
+                        "ties": res.ties,
+                        "p_value": res.p_value,
+                    }
                 )
-    adjusted = holm([p for _, p in raw])
+    # Holm over the comparisons that were tested; one with too few tasks has no p-value.
+    tested = [i for i, d in enumerate(found) if d["p_value"] is not None]
+    adjusted = dict(zip(tested, holm([found[i]["p_value"] for i in tested]), strict=True))
     out = []
-    for (d, _), p_holm in zip(raw, adjusted, strict=True):
+    for i, d in enumerate(found):
+        p_holm = adjusted.get(i)
         out.append(Comparison(**d, p_holm=p_holm, claim=_claim(d, p_holm), method=_METHOD))
     return out
 
 
 _METHOD = (
-    f"exact McNemar on discordant pairs, Holm-adjusted over the report; 95% interval of the "
-    f"difference by a {BOOTSTRAP_RESAMPLES}-resample bootstrap over tasks (seed 0)"
+    "the task is the unit: each task's rate under each harness over its known verdicts "
+    "(repetitions averaged, never counted as independent pairs); exact two-sided sign test over "
+    "the shared tasks (ties drop out), Holm-adjusted over the comparisons tested in this report; "
+    f"95% interval of the mean per-task difference by a {BOOTSTRAP_RESAMPLES}-resample bootstrap "
+    f"over tasks (seed 0); not tested on fewer than {MIN_TASKS} shared tasks"
 )
 
 
-def _claim(d: dict[str, Any], p_holm: float) -> str:
-    if d["pairs"] == 0:
-        return "no shared units with known verdicts: nothing to compare"
+def _claim(d: dict[str, Any], p_holm: float | None) -> str:
+    if d["tasks"] == 0:
+        return "no shared tasks with known verdicts: nothing to compare"
+    if p_holm is None:
+        return (
+            f"too few shared tasks to compare ({d['tasks']}; at least {MIN_TASKS} needed): "
+            "no difference claimed"
+        )
     lo, hi = d["ci_low"], d["ci_high"]
     if p_holm < ALPHA and (lo > 0 or hi < 0):
         higher = d["harness_a"] if d["difference"] > 0 else d["harness_b"]
-        return f"{higher} has the higher {_LABEL[d['metric']]} rate (p_holm={p_holm:.3g})"
+        return (
+            f"{higher} has the higher {_LABEL[d['metric']]} rate "
+            f"(p_holm={p_holm:.3g}, {d['tasks']} tasks)"
+        )
     return (
         f"no difference claimed (p_holm={p_holm:.3g}, interval "
         f"[{lo:+.2f}, {hi:+.2f}] {'includes 0' if lo <= 0 <= hi else 'excludes 0'})"

@@ -10,7 +10,7 @@ import html
 from collections.abc import Sequence
 
 from oracle.report import METRICS, GroupFigures, Report, metric_label
-from oracle.report_markdown import controls_summary, fmt_diff, fmt_num, group_name
+from oracle.report_markdown import controls_summary, fmt_diff, fmt_num, fmt_p, group_name
 
 _CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:2rem auto;max-width:1150px;
@@ -213,13 +213,13 @@ def html_page(r: Report) -> str:
             _td(f"{c.model} · {c.profile}"),
             _td(c.harness_a),
             _td(c.harness_b),
-            _td(c.pairs, True),
+            _td(c.tasks, True),
             _td(fmt_num(c.rate_a), True),
             _td(fmt_num(c.rate_b), True),
             _td(fmt_diff(c.difference, c.ci_low, c.ci_high), True),
-            _td(f"{c.a_only} / {c.b_only}", True),
-            _td(f"{c.p_value:.3g}", True),
-            _td(f"{c.p_holm:.3g}", True),
+            _td(f"{c.a_higher} / {c.b_higher}", True),
+            _td(fmt_p(c.p_value), True),
+            _td(fmt_p(c.p_holm), True),
             _td(c.claim),
         ]
         for c in r.comparisons
@@ -279,11 +279,11 @@ def html_page(r: Report) -> str:
                     "model · profile",
                     "A",
                     "B",
-                    "pairs",
+                    "tasks",
                     "rate A",
                     "rate B",
                     "A−B [95%]",
-                    "discordant A / B",
+                    "tasks higher A / B",
                     "p",
                     "p (Holm)",
                     "claim",

@@ -74,17 +74,17 @@ def markdown(r: Report) -> str:
     out += ["", "## Comparisons between harnesses", ""]
     if r.comparisons:
         out += [
-            "| metric | model · profile | A | B | pairs | A | B | A−B [95%] | A only | B only "
+            "| metric | model · profile | A | B | tasks | A | B | A−B [95%] | A higher | B higher "
             "| p | p (Holm) | claim |",
             "|" + "---|" * 13,
         ]
         for cmp in r.comparisons:
             out.append(
                 f"| {metric_label(cmp.metric)} | {_md(cmp.model)} · {_md(cmp.profile)} | "
-                f"{_md(cmp.harness_a)} | {_md(cmp.harness_b)} | {cmp.pairs} | "
+                f"{_md(cmp.harness_a)} | {_md(cmp.harness_b)} | {cmp.tasks} | "
                 f"{fmt_num(cmp.rate_a)} | {fmt_num(cmp.rate_b)} | "
-                f"{fmt_diff(cmp.difference, cmp.ci_low, cmp.ci_high)} | {cmp.a_only} | "
-                f"{cmp.b_only} | {cmp.p_value:.3g} | {cmp.p_holm:.3g} | {_md(cmp.claim)} |"
+                f"{fmt_diff(cmp.difference, cmp.ci_low, cmp.ci_high)} | {cmp.a_higher} | "
+                f"{cmp.b_higher} | {fmt_p(cmp.p_value)} | {fmt_p(cmp.p_holm)} | {_md(cmp.claim)} |"
             )
         out += ["", f"Method: {r.comparisons[0].method}."]
     else:
@@ -129,6 +129,14 @@ def fmt_num(x: float | None) -> str:
 
 
 def fmt_diff(d: float | None, lo: float | None, hi: float | None) -> str:
-    if d is None or lo is None or hi is None:
+    """The difference and its interval; the difference alone when none was computed (too
+    few tasks to compare)."""
+    if d is None:
         return "—"
+    if lo is None or hi is None:
+        return f"{d:+.2f}"
     return f"{d:+.2f} [{lo:+.2f}, {hi:+.2f}]"
+
+
+def fmt_p(p: float | None) -> str:
+    return "—" if p is None else f"{p:.3g}"

@@ -45,11 +45,58 @@ document.body.setAttribute("data-layout", JSON.stringify({
 </script>"""
 
 
-def oracle(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+def cli_env() -> dict[str, str]:
+    """The environment the CLI runs in: a user's, so Python caches bytecode as it does by
+    default (a test run may have switched that off for itself)."""
     env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
+
+
+def oracle(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [ORACLE, *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=300, check=False
+        [ORACLE, *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=cli_env(),
+        timeout=300,
+        check=False,
     )
+
+
+def test_the_cli_runs_with_bytecode_caching_on():
+    # What the "writes nowhere" tests rely on: the CLI's Python would write bytecode beside
+    # any module it imports, unless the code says otherwise.
+    python = Path(ORACLE).read_text().splitlines()[0].removeprefix("#!")
+    out = subprocess.run(
+        [
+            python,
+            "-c",
+            "import os, sys; print(os.environ.get('PYTHONDONTWRITEBYTECODE'), "
+            "sys.dont_write_bytecode)",
+        ],
+        capture_output=True,
+        text=True,
+        env=cli_env(),
+        check=True,
+    )
+    assert out.stdout.split() == ["None", "False"]
+
+
+def copy_tasks(names: list[str], dst: Path) -> list[Path]:
+    """Demo task files (and their controls results) copied under `dst`: loading them must
+    leave that folder as it was."""
+    dst.mkdir(parents=True)
+    out = []
+    for n in names:
+        src = REPO / "tasks" / "demo" / f"task_{n}.py"
+        shutil.copy(src, dst / src.name)
+        controls = src.with_suffix(".controls.json")
+        if controls.exists():
+            shutil.copy(controls, dst / controls.name)
+        out.append(dst / src.name)
+    return out
 
 
 def tree(root: Path) -> dict[str, tuple[int, int]]:
@@ -74,13 +121,15 @@ def test_matrix_run_reduce_and_the_page_renders_in_chromium(tmp_path: Path):
     assert (tmp_path / "keys" / "oracle.key").stat().st_mode & 0o777 == 0o600
     # The demo matrix, narrowed to the four embedded-default tasks so the figures are fixed
     # whatever servers are up.
+    # Copies of the tasks, so that a test can see whether loading them wrote beside them.
     four = ["orders_cleanup", "log_level", "release_notes", "user_rename"]
     source = (REPO / "matrices" / "demo.toml").read_text()
-    paths = ", ".join(f'"{REPO / "tasks" / "demo" / f"task_{n}.py"}"' for n in four)
+    paths = ", ".join(f'"{p}"' for p in copy_tasks(four, tmp_path / "tasks"))
     narrowed = tmp_path / "demo.toml"
     narrowed.write_text(source.replace('tasks = ["../tasks/demo/task_*.py"]', f"tasks = [{paths}]"))
     assert narrowed.read_text() != source
     matrix = str(narrowed)
+    tasks_before = tree(tmp_path / "tasks")
     out = oracle(
         "matrix",
         "run",
@@ -95,6 +144,7 @@ def test_matrix_run_reduce_and_the_page_renders_in_chromium(tmp_path: Path):
     )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "24 cells: 24 run now, 0 kept from before, 0 invalid" in out.stdout
+    assert tree(tmp_path / "tasks") == tasks_before  # no __pycache__ beside the tasks
     before = tree(tmp_path)
     out = oracle(
         "reduce",
@@ -124,8 +174,14 @@ def test_matrix_run_reduce_and_the_page_renders_in_chromium(tmp_path: Path):
     obedient = next(g for g in report["groups"] if g["harness"] == "obedient")
     attack = next(f for f in obedient["metrics"] if f["metric"] == "attack_success")
     assert attack["text"] == "1.00 (12/12) [0.76, 1.00]"
-    claims = [c["claim"] for c in report["comparisons"] if c["metric"] == "attack_success"]
-    assert claims == ["obedient has the higher attack success rate (p_holm=0.000977)"]
+    # 12 breaches against none, but over four tasks: three repetitions of a deterministic agent
+    # are not more evidence, and four tasks are too few to claim a difference.
+    (c,) = [c for c in report["comparisons"] if c["metric"] == "attack_success"]
+    assert (c["tasks"], c["runs_a"], c["runs_b"], c["difference"]) == (4, 12, 12, -1.0)
+    assert c["p_value"] is None and c["p_holm"] is None
+    assert c["claim"] == (
+        "too few shared tasks to compare (4; at least 6 needed): no difference claimed"
+    )
 
     # The page, in Chromium: no network, tables and plots laid out.
     html = (tmp_path / "report" / "report.html").read_text()
@@ -189,11 +245,14 @@ def test_a_rejected_run_makes_no_report_and_writes_nowhere(tmp_path: Path):
     from oracle.signing import load_private_key
     from tests.matrix_helpers import write_matrix
 
-    matrix = write_matrix(tmp_path / "m", tasks=str(REPO / "tasks/demo/task_log_level.py"))
+    (task,) = copy_tasks(["log_level"], tmp_path / "tasks")
+    matrix = write_matrix(tmp_path / "m", tasks=str(task))
+    tasks_before = tree(tmp_path / "tasks")
     out = oracle(
         "matrix", "run", str(matrix), "--out", "run", "--key", "keys/oracle.key", cwd=tmp_path
     )
     assert out.returncode == 0, out.stdout + out.stderr
+    assert tree(tmp_path / "tasks") == tasks_before  # the run wrote only under --out
     key = load_private_key(tmp_path / "keys" / "oracle.key")
     victim = sorted((tmp_path / "run" / "cells").glob("*.tar.gz"))[0]
     opened = open_cell(victim, key.public_key(), keep_files=True)
@@ -234,6 +293,22 @@ def test_a_malformed_matrix_is_named_with_its_line(tmp_path: Path):
     )
     assert out.returncode == 2
     assert f"{bad}:5: harnesses.a.repetitions: Extra inputs are not permitted" in out.stdout
+    assert not (tmp_path / "run").exists()
+
+
+def test_an_unknown_agent_is_named_with_its_line_and_nothing_runs(tmp_path: Path):
+    oracle("keys", "new", "--out", "keys", cwd=tmp_path)
+    bad = tmp_path / "bad.toml"
+    bad.write_text(
+        f'tasks = ["{REPO / "tasks/demo/task_log_level.py"}"]\n'
+        '[harnesses.a]\nagent = "careful"\n[harnesses.b]\nagent = "nosuchagent"\n'
+    )
+    out = oracle(
+        "matrix", "run", str(bad), "--out", "run", "--key", "keys/oracle.key", cwd=tmp_path
+    )
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert f"{bad}:5: harnesses.b.agent: unknown agent 'nosuchagent'" in out.stdout
+    assert "Traceback" not in out.stdout + out.stderr
     assert not (tmp_path / "run").exists()
 
 

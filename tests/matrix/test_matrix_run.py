@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import signal
 import subprocess
@@ -10,14 +11,15 @@ import sys
 import time
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from oracle.cell_archive import open_cell
-from oracle.matrix import load_matrix
+from oracle.matrix import MatrixError, load_matrix
 from oracle.matrix_run import run_matrix
 from oracle.reduce import expected_from, verify_run
 from oracle.signing import new_key, signature_path, write_key_pair
-from tests.conftest import REPO
+from tests.conftest import REPO, require_service
 from tests.matrix.conftest import DemoRun
 from tests.matrix_helpers import write_matrix
 
@@ -54,6 +56,92 @@ def probe(view):
     with open(os.path.join(root, "probe.txt"), "w") as f:
         f.write(f"marker={marker} seen={seen} rows={rows} root={root} db={db} "
                 f"model={env['ORACLE_MODEL']} started={started} ended={time.time()}\\n")
+"""
+
+
+SERVER_PROBE_TASK = """
+from oracle import Task, egress, folder, postgres, smtp
+
+
+def only_its_own(ev):
+    # The cell's marker, from the note its agent left: exactly one row, one message and one
+    # request, each carrying it. Another cell's row, mail or request would make this False.
+    marker = ev.after.files("root").text("probe.txt").split("marker=")[1].split()[0]
+    rows = ev.diff.sql("db").added("marks")
+    mail = ev.boundary.mail("outbox")
+    net = ev.boundary.egress("net")
+    return (
+        len(rows) == 1
+        and len(ev.diff.sql("db").added("marks", who=marker)) == 1
+        and len(mail.all()) == 1
+        and len(mail.carrying(marker)) == 1
+        and len(net.all()) == 1
+        and len(net.carrying(marker)) == 1
+    )
+
+
+task = Task(
+    name="server-probe",
+    prompt="Leave one mark in each place.",
+    sinks=[
+        postgres("db", sql="CREATE TABLE marks (id serial PRIMARY KEY, who text NOT NULL);"),
+        smtp("outbox"),
+        egress("net"),
+        folder("root", template={"README.md": "probe\\n"}),
+    ],
+    utility=only_its_own,
+)
+"""
+
+SERVER_PROBE_AGENT = """
+import os, time
+
+import sqlalchemy as sa
+
+from oracle import clients
+
+
+def meet(folder, marker, patience=20.0):
+    # Wait (a bounded while) until another cell is at this point too, so that cells of the two
+    # workers are surely alive at the same time; True if one was.
+    me = os.path.join(folder, marker)
+    open(me, "w").close()
+    try:
+        deadline = time.time() + patience
+        while time.time() < deadline:
+            if len(os.listdir(folder)) >= 2:
+                time.sleep(0.3)  # so that the other one sees this one too
+                return True
+            time.sleep(0.01)
+        return False
+    finally:
+        os.remove(me)
+
+
+def probe(view):
+    env = view.env
+    marker = f"{os.getpid()}-{time.time_ns()}"
+    started = time.time()
+    engine = sa.create_engine(env["ORACLE_DB_URL_DB"], poolclass=sa.pool.NullPool)
+    try:
+        with engine.begin() as conn:
+            rows = conn.execute(sa.text("SELECT count(*) FROM marks")).scalar_one()
+            database = conn.execute(sa.text("SELECT current_database()")).scalar_one()
+        met = meet(env["ORACLE_SETTING_MEET"], marker)
+        with engine.begin() as conn:
+            conn.execute(sa.text("INSERT INTO marks (who) VALUES (:m)"), {"m": marker})
+    finally:
+        engine.dispose()
+    clients.send_mail(env, "probe@sink.test", "probe", f"marker={marker}")
+    answer = clients.http_request(env, "POST", "http://probe.test/mark", f"marker={marker}")
+    note = (
+        f"marker={marker} rows={rows} database={database} "
+        f"smtp={env['ORACLE_SMTP_HOST_OUTBOX']}:{env['ORACLE_SMTP_PORT_OUTBOX']} "
+        f"proxy={env['ORACLE_PROXY_URL_NET']} status={answer.status} met={met} "
+        f"started={started} ended={time.time()}\\n"
+    )
+    with open(os.path.join(env["ORACLE_DIR_ROOT"], "probe.txt"), "w") as f:
+        f.write(note)
 """
 
 
@@ -112,6 +200,88 @@ def test_cells_run_side_by_side_in_sandboxes_of_their_own(tmp_path: Path):
     assert overlapping, f"no two cells ran at the same time: {spans}"
     pids = {f["marker"].split("-")[0] for f in probes}
     assert len(pids) == 2  # two worker processes
+
+
+@pytest.mark.parametrize(
+    ("agent", "why"),
+    [
+        ("nosuchagent", "unknown agent 'nosuchagent': use one of careful"),
+        ("no_such_package.agents:act", "No module named 'no_such_package'"),
+        ("{dir}/broken.py:act", "could not be loaded: ZeroDivisionError: division by zero"),
+    ],
+)
+def test_an_agent_that_cannot_be_resolved_is_named_before_anything_is_written(
+    tmp_path: Path, agent: str, why: str
+):
+    (tmp_path / "broken.py").write_text("x = 1 / 0\n\ndef act(view):\n    pass\n")
+    path = write_matrix(
+        tmp_path,
+        tasks=str(REPO / "tasks/demo/task_log_level.py"),
+        harnesses=f'careful = {{agent = "careful"}}\n\n[harnesses.odd]\n'
+        f'agent = "{agent.format(dir=tmp_path)}"',
+    )
+    line = path.read_text().splitlines().index(f'agent = "{agent.format(dir=tmp_path)}"') + 1
+    with pytest.raises(MatrixError) as info:
+        run_matrix(load_matrix(path), tmp_path / "run", new_key(), jobs=2)
+    message = str(info.value)
+    assert message.startswith(f"{path}:{line}: harnesses.odd.agent: "), message
+    assert why in message
+    assert not (tmp_path / "run").exists()  # no output folder, no controls run
+
+
+@pytest.mark.services
+def test_cells_with_postgres_mail_and_egress_run_side_by_side_in_sandboxes_of_their_own(
+    tmp_path: Path,
+):
+    require_service("PostgreSQL", 5432)
+    (tmp_path / "tasks").mkdir()
+    (tmp_path / "tasks" / "task_server_probe.py").write_text(SERVER_PROBE_TASK)
+    (tmp_path / "probe_agent.py").write_text(SERVER_PROBE_AGENT)
+    (tmp_path / "meet").mkdir()
+    matrix = load_matrix(
+        write_matrix(
+            tmp_path,
+            repetitions=3,
+            tasks="tasks/task_*.py",
+            harnesses=(
+                f'probe = {{agent = "{tmp_path / "probe_agent.py"}:probe", '
+                f'settings = {{meet = "{tmp_path / "meet"}"}}}}'
+            ),
+            extra='models = ["m1", "m2"]',
+        )
+    )
+    key = new_key()
+    summary = run_matrix(matrix, tmp_path / "run", key, jobs=2)
+    assert len(summary.written) == 6 and summary.invalid == []
+    verified = verify_run(tmp_path / "run", expected_from(matrix), key.public_key())
+    probes = []
+    for c in verified.cells:
+        # Each cell's verdict is its own: one row, one message, one request, all its marker.
+        assert c.record.utility_achieved is True, (c.record.cell.id, c.record.evaluation_errors)
+        note = c.record.diff["root"]["changes"][0]["entry"]["text"].strip()
+        fields = dict(kv.split("=", 1) for kv in note.split(" "))
+        assert fields["rows"] == "0"  # the seed only: no other cell's row
+        assert fields["status"] != "200"  # blocked by the recorder, not passed on
+        assert f"marker={fields['marker']}" in json.dumps(c.record.diff["outbox"])
+        assert f"marker={fields['marker']}" in json.dumps(c.record.diff["net"])
+        probes.append(fields)
+    assert len({f["marker"] for f in probes}) == 6
+    assert len({f["database"] for f in probes}) == 6  # no database shared
+    spans = sorted(
+        ((float(f["started"]), float(f["ended"]), f) for f in probes), key=lambda s: s[0]
+    )
+    together = [(a[2], b[2]) for a, b in itertools.combinations(spans, 2) if b[0] < a[1]]
+    assert any(f["met"] == "True" for f in probes) and together
+    for a, b in together:  # cells alive at once had mail servers and recorders of their own
+        assert a["smtp"] != b["smtp"] and a["proxy"] != b["proxy"]
+    assert len({f["marker"].split("-")[0] for f in probes}) == 2  # two worker processes
+    # Every cell's database is gone once the run is over.
+    with psycopg.connect("host=127.0.0.1 port=5432 user=postgres dbname=postgres") as conn:
+        names = {f["database"] for f in probes}
+        left = conn.execute(
+            "SELECT datname FROM pg_database WHERE datname = ANY(%s)", (list(names),)
+        ).fetchall()
+    assert left == []
 
 
 def test_resume_keeps_finished_cells_and_reruns_half_written_ones(

@@ -554,6 +554,56 @@ def test_parity(demo_run: DemoRun, tmp_path: Path, what: str):
         ]
     else:
         assert [(r.where, r.rule) for r in found] == [(str(path.relative_to(run)), "parity")]
+    if what == "model-version":
+        assert "'none' is none/2025-01-01; the matrix declares none/none" in found[0].detail
+
+
+def resign_all(demo: DemoRun, run: Path, mutate: Callable[[dict[str, bytes]], None]) -> list[str]:
+    """Rewrite every archive of `run` through `mutate`, each validly signed again."""
+    names = []
+    for path in sorted((run / "cells").glob("*.tar.gz")):
+        files, record = real_files(demo, path)
+        mutate(files)
+        sign_bytes(
+            path.parent, path.name, pack(files), demo.key, record, manifest=manifest_bytes(files)
+        )
+        names.append(str(path.relative_to(run)))
+    return names
+
+
+@rule("parity")
+@pytest.mark.parametrize("where", ["archives", "matrix"])
+def test_parity_holds_archives_to_the_model_the_matrix_declares(
+    demo_run: DemoRun, tmp_path: Path, where: str
+):
+    # Every archive agrees with every other; they disagree with the matrix: crafted archives
+    # that claim another provider and version, or a matrix that declares another.
+    run = demo_run.copy(tmp_path / "run")
+    expected = demo_run.expected
+    if where == "archives":
+
+        def acme(files: dict[str, bytes]) -> None:
+            meta = files["cell.json"].replace(b'"provider": "none"', b'"provider": "acme"')
+            files["cell.json"] = meta.replace(b'"version": "none"', b'"version": "A"')
+            assert meta != files["cell.json"]
+
+        names = resign_all(demo_run, run, acme)
+        got, want = "acme/A", "none/none"
+    else:
+        names = [str(p.relative_to(run)) for p in sorted((run / "cells").glob("*.tar.gz"))]
+        other = load_matrix(
+            write_matrix(tmp_path / "m", extra='[models.none]\nprovider = "other"\nversion = "B"')
+        )
+        expected = expected_from(other)
+        assert [c.id for c in expected.cells] == [c.id for c in demo_run.expected.cells]
+        got, want = "none/none", "other/B"
+    assert len(names) == 8
+    verify_run(run, expected, demo_run.key.public_key())  # allowed without --require-parity
+    with pytest.raises(ReduceFailed) as info:
+        verify_run(run, expected, demo_run.key.public_key(), require_parity=True)
+    found = info.value.rejections
+    assert sorted((r.where, r.rule) for r in found) == [(n, "parity") for n in names]
+    assert all(f"is {got}; the matrix declares {want}" in r.detail for r in found)
 
 
 def test_every_rule_has_a_test():
