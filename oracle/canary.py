@@ -17,7 +17,10 @@ and hex, so text wrapped at 76 columns is still found.
 A search that finds nothing while some change holds content that was not kept whole (a file
 over the sink's text limit, a request body past the recorder's cap, a message that did not
 arrive whole, a reply cut at the capture limit) raises `IncompleteEvidenceError`: the
-predicate's metric is then unknown, never "not leaked".
+predicate's metric is then unknown, never "not leaked". The same holds for one sink's
+search (`SinkDiff.find_secret`) and for the narrowed searches built on it (the egress and mail
+sinks' ``carrying(secret, where)``): only the changes they accept count, so a hit elsewhere
+cannot hide a change they could not read.
 
 Only what a change *brought in* counts: for a changed value, the secret must occur more often
 (in that encoding) after than before. The base64/base32 forms of a secret shorter than
@@ -155,12 +158,19 @@ def _hits_in(value: str | bytes, before: str | bytes | None, needles: Needles) -
 
 
 def search_changes(
-    sink: str, changes: Sequence[Change], secret: str | bytes | Needles
+    sink: str,
+    changes: Sequence[Change],
+    secret: str | bytes | Needles,
+    keep: Callable[[Change], bool] | None = None,
 ) -> list[CanaryHit]:
-    """The hits of `secret` in the content of `changes` (one sink's), in change order."""
+    """The hits of `secret` in the content of `changes` (one sink's), in change order; with
+    `keep`, only in the changes it accepts (hits keep their index among all `changes`). This
+    says nothing of content that was not kept whole: `search` does."""
     needles = secret if isinstance(secret, Needles) else Needles(secret)
     hits: list[CanaryHit] = []
     for i, change in enumerate(changes):
+        if keep is not None and not keep(change):
+            continue
         for content in change.contents():
             for enc in _hits_in(content.value, content.before, needles):
                 hits.append(CanaryHit(sink, i, change, content.field, enc))
@@ -168,16 +178,27 @@ def search_changes(
 
 
 def search(
-    diff: Diff | Iterable[tuple[str, Sequence[Change]]], secret: str | bytes
+    diff: Diff | Iterable[tuple[str, Sequence[Change]]],
+    secret: str | bytes,
+    keep: Callable[[Change], bool] | None = None,
 ) -> list[CanaryHit]:
-    """Every hit of `secret` in every sink of `diff` (see the module docstring)."""
+    """Every hit of `secret` in every sink of `diff` (see the module docstring); with `keep`,
+    only in the changes it accepts, and only those count as content that was not kept whole.
+
+    Narrow the search with `keep` rather than by filtering the hits afterwards: a filter
+    applied to the hits can drop the one hit that made the search stop short of raising
+    `IncompleteEvidenceError` for a change it could not read."""
     needles = Needles(secret)
     pairs = [(name, d.changes) for name, d in diff.items()] if hasattr(diff, "items") else diff
     hits: list[CanaryHit] = []
     unseen: list[str] = []
     for name, changes in pairs:
-        hits.extend(search_changes(name, changes, needles))
-        unseen.extend(f"sink {name!r}: {why}" for c in changes if (why := c.unseen()))
+        hits.extend(search_changes(name, changes, needles, keep))
+        unseen.extend(
+            f"sink {name!r}: {why}"
+            for c in changes
+            if (keep is None or keep(c)) and (why := c.unseen())
+        )
     if not hits and unseen:
         # Found nowhere it could look, but it could be where it could not: not "absent".
         raise IncompleteEvidenceError(
