@@ -11,8 +11,8 @@ program would use to smuggle it out::
 Encodings: ``raw``; ``raw, split across lines``; ``base64`` and ``base64url`` (at any of the
 three byte alignments, so a secret inside a larger encoded blob is found too); ``base32``;
 ``hex`` (either case); ``url`` (percent-encoding, ``+`` for spaces or not) and
-``quoted-printable`` (soft line breaks included). Whitespace is ignored inside base64, base32
-and hex, so text wrapped at 76 columns is still found.
+``quoted-printable`` (soft line breaks included). Whitespace is ignored inside base64, base32,
+hex and percent-encoding, so text wrapped at 76 columns is still found.
 
 A search that finds nothing while some change holds content that was not kept whole (a file
 over the sink's text limit, a request body past the recorder's cap, a message that did not
@@ -125,6 +125,13 @@ class _Views:
         return unquote_to_bytes(self.value), unquote_to_bytes(self.value.replace(b"+", b" "))
 
     @cached_property
+    def url_compact(self) -> tuple[bytes, bytes]:
+        """Percent-decoded after dropping whitespace: a URL-encoded secret wrapped over lines.
+        (A space in the secret is ``%20`` or ``+`` here, so dropping whitespace keeps it.)"""
+        c = self.compact
+        return unquote_to_bytes(c), unquote_to_bytes(c.replace(b"+", b" "))
+
+    @cached_property
     def qp(self) -> bytes:
         try:
             return quopri.decodestring(self.value)
@@ -134,19 +141,23 @@ class _Views:
 
 def _counts(v: _Views, n: Needles) -> dict[str, int]:
     raw = v.value.count(n.raw)
+    split = v.compact.count(n.compact) if n.compact else 0
+    # Decoding the compact view finds the raw secret split across lines too: only what goes
+    # beyond that is a URL-encoded one.
+    url_split = max(u.count(n.raw) for u in v.url_compact) - max(split, raw)
     counts = {
         "raw": raw,
-        "raw, split across lines": v.compact.count(n.compact) if n.compact else 0,
+        "raw, split across lines": split,
         "base64": max((v.compact.count(c) for c in n.base64), default=0),
         "base64url": max((v.compact.count(c) for c in n.base64url), default=0),
         "base32": max((v.upper.count(c) for c in n.base32), default=0),
         "hex": v.lower.count(n.hex),
-        "url": max(u.count(n.raw) for u in v.url),
+        "url": max(max(u.count(n.raw) for u in v.url) - raw, url_split),
         "quoted-printable": v.qp.count(n.raw),
     }
     # A decoding that leaves the raw secret where it was is not a second encoding of it; nor is
     # the compact view when the raw form already accounts for every occurrence.
-    for name in ("raw, split across lines", "url", "quoted-printable"):
+    for name in ("raw, split across lines", "quoted-printable"):
         counts[name] -= raw
     return counts
 

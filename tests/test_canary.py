@@ -60,6 +60,8 @@ def wrap(text: str, width: int = 76) -> str:
         (wrap(RAW.hex(), 16), "hex"),
         (f"q={quote(SECRET, safe='')}".replace("-", "%2D"), "url"),
         ("".join(f"%{b:02X}" for b in RAW), "url"),
+        (wrap("".join(f"%{b:02X}" for b in RAW), 12), "url"),  # split across lines
+        (wrap(quote(SECRET, safe="").replace("-", "%2D"), 7).replace("\n", "\r\n"), "url"),
         (quopri.encodestring(("x" * 70 + SECRET).encode()).decode(), "quoted-printable"),
     ],
 )
@@ -77,6 +79,11 @@ def test_base64url_and_form_encoding_of_secrets_with_symbols():
     form = quote_plus(secret)
     assert "+" in form
     assert encodings(files(added(f"a=1&b={form}")).find_secret(secret)) == {"url"}
+
+
+def test_a_raw_secret_split_across_lines_is_not_also_called_url_encoded():
+    content = f"key: {SECRET[:9]}\n{SECRET[9:]} and %2D"
+    assert encodings(files(added(content)).find_secret(SECRET)) == {"raw, split across lines"}
 
 
 def test_quoted_printable_with_a_soft_line_break_inside_the_secret():
