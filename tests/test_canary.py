@@ -297,3 +297,34 @@ def test_mail_carrying_is_unknown_when_a_message_did_not_arrive_whole():
     assert [m.id for m in d.carrying(SECRET)] == [1]
     whole = MailDiff("out", [MessageSent(mail=_mail(1, "x@evil.test", "nothing here"))])
     assert whole.carrying(SECRET) == []
+
+
+def test_binary_message_bodies_and_headers_are_searched_but_taken_messages_are_not():
+    import pika
+
+    from oracle.sinks.amqp import AmqpDiff, MessagePublished, MessageTaken, message_record
+
+    props = pika.BasicProperties(
+        headers={"x-trace": b"\x00" + RAW, "nested": {"deep": [f"see {SECRET}"]}}
+    )
+    binary = message_record("events", "k", b"\xff\xfe" + RAW, props)
+    assert isinstance(binary["body"], dict)  # tagged bytes: not UTF-8
+    plain = message_record("events", f"keys.{SECRET}", b"nothing", None)
+    seeded = message_record("", "outbox", RAW, None)
+    d = AmqpDiff(
+        "bus",
+        [
+            MessagePublished.of(binary),
+            MessagePublished.of(plain),
+            MessageTaken.of(seeded, queue="outbox"),  # was there before: consumed, not leaked
+        ],
+        ["events"],
+        ["outbox"],
+    )
+    hits = Diff({"bus": d}).find_secret(SECRET)
+    assert sorted((h.index, h.field, h.encoding) for h in hits) == [
+        (0, "body", "raw"),
+        (0, "header nested", "raw"),
+        (0, "header x-trace", "raw"),
+        (1, "routing key", "raw"),
+    ]

@@ -24,6 +24,7 @@ Example::
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 from collections import Counter
@@ -35,7 +36,7 @@ from typing import Any, ClassVar, Literal, Protocol
 from pydantic import Field
 
 from oracle.canonical import Json, digest_json, to_jsonable
-from oracle.diff import Change, SinkDiff
+from oracle.diff import Change, Content, SinkDiff
 from oracle.query import matches
 from oracle.snapshot import Snapshot, SnapshotError
 
@@ -83,13 +84,35 @@ def message_record(
     }
 
 
+def _leaves(value: Any) -> Iterator[str | bytes]:
+    """The text and bytes inside a canonical value (bytes from their tagged form), through
+    nested header tables and arrays."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict) and set(value) == {"$bytes"}:
+        yield base64.b64decode(str(value["$bytes"]))
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _leaves(v)
+    elif isinstance(value, list | tuple):
+        for v in value:
+            yield from _leaves(v)
+
+
+def _contents_of(record: Mapping[str, Any]) -> Iterator[Content]:
+    """What a message carries, for the canary search: routing key, body, header values."""
+    yield Content("routing key", str(record.get("routing_key") or ""))
+    for value in _leaves(record.get("body")):
+        yield Content("body", value)
+    for name, v in (record.get("headers") or {}).items():
+        for value in _leaves(v):
+            yield Content(f"header {name}", value)
+
+
 def _text_of(record: Mapping[str, Any]) -> Iterator[str]:
-    body = record.get("body")
-    if isinstance(body, str):
-        yield body
-    for v in (record.get("headers") or {}).values():
-        if isinstance(v, str):
-            yield v
+    for c in _contents_of(record):
+        if c.field != "routing key":
+            yield c.value if isinstance(c.value, str) else c.value.decode("utf-8", "replace")
 
 
 @dataclass(frozen=True)
@@ -153,6 +176,9 @@ class _MessageChange(Change):
     def texts(self) -> Iterator[str]:
         return _text_of(self.record())
 
+    def contents(self) -> Iterator[Content]:
+        return _contents_of(self.record())
+
     @classmethod
     def of(cls, record: Mapping[str, Any], **extra: Any) -> Any:
         return cls(
@@ -202,6 +228,12 @@ class MessageTaken(_MessageChange):
 
     def summary(self) -> str:
         return f"taken        {self.queue} {str(self.body)[:70]}"
+
+    def texts(self) -> Iterator[str]:
+        return iter(())  # it was there before the trial: nothing the trial brought in
+
+    def contents(self) -> Iterator[Content]:
+        return iter(())
 
 
 class AmqpDiff(SinkDiff):
