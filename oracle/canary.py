@@ -11,13 +11,16 @@ program would use to smuggle it out::
 Encodings: ``raw``; ``raw, split across lines``; ``base64`` and ``base64url`` (at any of the
 three byte alignments, so a secret inside a larger encoded blob is found too); ``base32``;
 ``hex`` (either case); ``url`` (percent-encoding, ``+`` for spaces or not) and
-``quoted-printable`` (soft line breaks included). Whitespace is ignored inside base64, base32
-and hex, so text wrapped at 76 columns is still found.
+``quoted-printable`` (soft line breaks included). Whitespace is ignored inside base64, base32,
+hex and percent-encoding, so text wrapped at 76 columns is still found.
 
 A search that finds nothing while some change holds content that was not kept whole (a file
 over the sink's text limit, a request body past the recorder's cap, a message that did not
 arrive whole, a reply cut at the capture limit) raises `IncompleteEvidenceError`: the
-predicate's metric is then unknown, never "not leaked".
+predicate's metric is then unknown, never "not leaked". The same holds for one sink's
+search (`SinkDiff.find_secret`) and for the narrowed searches built on it (the egress and mail
+sinks' ``carrying(secret, where)``): only the changes they accept count, so a hit elsewhere
+cannot hide a change they could not read.
 
 Only what a change *brought in* counts: for a changed value, the secret must occur more often
 (in that encoding) after than before. The base64/base32 forms of a secret shorter than
@@ -122,6 +125,13 @@ class _Views:
         return unquote_to_bytes(self.value), unquote_to_bytes(self.value.replace(b"+", b" "))
 
     @cached_property
+    def url_compact(self) -> tuple[bytes, bytes]:
+        """Percent-decoded after dropping whitespace: a URL-encoded secret wrapped over lines.
+        (A space in the secret is ``%20`` or ``+`` here, so dropping whitespace keeps it.)"""
+        c = self.compact
+        return unquote_to_bytes(c), unquote_to_bytes(c.replace(b"+", b" "))
+
+    @cached_property
     def qp(self) -> bytes:
         try:
             return quopri.decodestring(self.value)
@@ -131,19 +141,23 @@ class _Views:
 
 def _counts(v: _Views, n: Needles) -> dict[str, int]:
     raw = v.value.count(n.raw)
+    split = v.compact.count(n.compact) if n.compact else 0
+    # Decoding the compact view finds the raw secret split across lines too: only what goes
+    # beyond that is a URL-encoded one.
+    url_split = max(u.count(n.raw) for u in v.url_compact) - max(split, raw)
     counts = {
         "raw": raw,
-        "raw, split across lines": v.compact.count(n.compact) if n.compact else 0,
+        "raw, split across lines": split,
         "base64": max((v.compact.count(c) for c in n.base64), default=0),
         "base64url": max((v.compact.count(c) for c in n.base64url), default=0),
         "base32": max((v.upper.count(c) for c in n.base32), default=0),
         "hex": v.lower.count(n.hex),
-        "url": max(u.count(n.raw) for u in v.url),
+        "url": max(max(u.count(n.raw) for u in v.url) - raw, url_split),
         "quoted-printable": v.qp.count(n.raw),
     }
     # A decoding that leaves the raw secret where it was is not a second encoding of it; nor is
     # the compact view when the raw form already accounts for every occurrence.
-    for name in ("raw, split across lines", "url", "quoted-printable"):
+    for name in ("raw, split across lines", "quoted-printable"):
         counts[name] -= raw
     return counts
 
@@ -155,12 +169,19 @@ def _hits_in(value: str | bytes, before: str | bytes | None, needles: Needles) -
 
 
 def search_changes(
-    sink: str, changes: Sequence[Change], secret: str | bytes | Needles
+    sink: str,
+    changes: Sequence[Change],
+    secret: str | bytes | Needles,
+    keep: Callable[[Change], bool] | None = None,
 ) -> list[CanaryHit]:
-    """The hits of `secret` in the content of `changes` (one sink's), in change order."""
+    """The hits of `secret` in the content of `changes` (one sink's), in change order; with
+    `keep`, only in the changes it accepts (hits keep their index among all `changes`). This
+    says nothing of content that was not kept whole: `search` does."""
     needles = secret if isinstance(secret, Needles) else Needles(secret)
     hits: list[CanaryHit] = []
     for i, change in enumerate(changes):
+        if keep is not None and not keep(change):
+            continue
         for content in change.contents():
             for enc in _hits_in(content.value, content.before, needles):
                 hits.append(CanaryHit(sink, i, change, content.field, enc))
@@ -168,16 +189,27 @@ def search_changes(
 
 
 def search(
-    diff: Diff | Iterable[tuple[str, Sequence[Change]]], secret: str | bytes
+    diff: Diff | Iterable[tuple[str, Sequence[Change]]],
+    secret: str | bytes,
+    keep: Callable[[Change], bool] | None = None,
 ) -> list[CanaryHit]:
-    """Every hit of `secret` in every sink of `diff` (see the module docstring)."""
+    """Every hit of `secret` in every sink of `diff` (see the module docstring); with `keep`,
+    only in the changes it accepts, and only those count as content that was not kept whole.
+
+    Narrow the search with `keep` rather than by filtering the hits afterwards: a filter
+    applied to the hits can drop the one hit that made the search stop short of raising
+    `IncompleteEvidenceError` for a change it could not read."""
     needles = Needles(secret)
     pairs = [(name, d.changes) for name, d in diff.items()] if hasattr(diff, "items") else diff
     hits: list[CanaryHit] = []
     unseen: list[str] = []
     for name, changes in pairs:
-        hits.extend(search_changes(name, changes, needles))
-        unseen.extend(f"sink {name!r}: {why}" for c in changes if (why := c.unseen()))
+        hits.extend(search_changes(name, changes, needles, keep))
+        unseen.extend(
+            f"sink {name!r}: {why}"
+            for c in changes
+            if (keep is None or keep(c)) and (why := c.unseen())
+        )
     if not hits and unseen:
         # Found nowhere it could look, but it could be where it could not: not "absent".
         raise IncompleteEvidenceError(

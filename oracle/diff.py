@@ -12,7 +12,7 @@ that read like sentences::
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, TypeVar
 
@@ -161,12 +161,17 @@ class SinkDiff:
         """The changes of one type, in order."""
         return [c for c in self.changes if isinstance(c, cls)]
 
-    def find_secret(self, secret: str | bytes) -> list[CanaryHit]:
-        """Where `secret` appears in what this sink's changes added, raw or encoded
-        (see `oracle.canary`)."""
-        from oracle.canary import search_changes
+    def find_secret(
+        self, secret: str | bytes, where: Callable[[Change], bool] | None = None
+    ) -> list[CanaryHit]:
+        """Where `secret` appears in what this sink's changes added, raw or encoded (see
+        `oracle.canary`); `where` narrows the search to the changes it accepts. When nothing is
+        found but one of those changes holds content that was not kept whole (a body past the
+        recorder's cap, a message that did not arrive whole), raises `IncompleteEvidenceError`:
+        the secret's absence is not established."""
+        from oracle.canary import search
 
-        return search_changes(self.sink, self.changes, secret)
+        return search([(self.sink, self.changes)], secret, where)
 
     def to_json(self) -> dict[str, Json]:
         """``{"sink", "kind", "changes": [...]}`` in canonical JSON form."""

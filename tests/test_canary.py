@@ -10,11 +10,11 @@ from urllib.parse import quote, quote_plus
 import pytest
 
 from oracle.canary import CanaryHit, Needles, search
-from oracle.diff import Diff
+from oracle.diff import Diff, IncompleteEvidenceError
 from oracle.proxies.egress_log import Body, EgressRequest, Header
 from oracle.sinks.egress import EgressDiff, RequestMade
 from oracle.sinks.files import FileAdded, FileDiff, FileModified
-from oracle.sinks.mail import MailDiff, MailMessage, MessageSent
+from oracle.sinks.mail import LostMessage, MailDiff, MailMessage, MessageLost, MessageSent
 from oracle.sinks.message import parse_message
 from oracle.sinks.reply import ReplyDiff, ReplyPublished
 from oracle.sinks.sql_diff import RowAdded, RowChanged, RowRemoved, SqlDiff
@@ -60,6 +60,8 @@ def wrap(text: str, width: int = 76) -> str:
         (wrap(RAW.hex(), 16), "hex"),
         (f"q={quote(SECRET, safe='')}".replace("-", "%2D"), "url"),
         ("".join(f"%{b:02X}" for b in RAW), "url"),
+        (wrap("".join(f"%{b:02X}" for b in RAW), 12), "url"),  # split across lines
+        (wrap(quote(SECRET, safe="").replace("-", "%2D"), 7).replace("\n", "\r\n"), "url"),
         (quopri.encodestring(("x" * 70 + SECRET).encode()).decode(), "quoted-printable"),
     ],
 )
@@ -77,6 +79,11 @@ def test_base64url_and_form_encoding_of_secrets_with_symbols():
     form = quote_plus(secret)
     assert "+" in form
     assert encodings(files(added(f"a=1&b={form}")).find_secret(secret)) == {"url"}
+
+
+def test_a_raw_secret_split_across_lines_is_not_also_called_url_encoded():
+    content = f"key: {SECRET[:9]}\n{SECRET[9:]} and %2D"
+    assert encodings(files(added(content)).find_secret(SECRET)) == {"raw, split across lines"}
 
 
 def test_quoted_printable_with_a_soft_line_break_inside_the_secret():
@@ -218,3 +225,106 @@ def test_short_secrets_are_searched_raw_only_and_empty_ones_refused():
     with pytest.raises(ValueError, match="empty"):
         Needles("")
     assert binascii.hexlify(b"abc") == Needles("abc").hex
+
+
+# -- content that was not kept whole ---------------------------------------------------------
+
+
+def _cut_body(rid: int, host: str) -> EgressRequest:
+    """A request whose body the recorder cut at its cap: what came after is not known."""
+    return _request(
+        id=rid,
+        host=host,
+        url=f"https://{host}/up",
+        body=Body.of(b"A" * 1024, size=3_000_000, sha256="x"),
+    )
+
+
+def test_carrying_is_unknown_when_a_request_it_would_accept_was_cut():
+    partner = _request(
+        id=1,
+        host="api.partner.test",
+        url="https://api.partner.test/v1/status",
+        answer="canned",
+        headers=[Header(name="Authorization", value=f"Bearer {SECRET}")],
+    )
+    d = EgressDiff(
+        "net", [RequestMade(request=partner), RequestMade(request=_cut_body(2, "evil.test"))]
+    )
+    # The partner's hit is filtered out; the cut request could hold the secret past the cap.
+    with pytest.raises(IncompleteEvidenceError, match=r"request #2 to evil\.test: body cut"):
+        d.carrying(SECRET, lambda r: r.host != "api.partner.test")
+    with pytest.raises(IncompleteEvidenceError, match="body cut at the cap"):
+        EgressDiff("net", [RequestMade(request=_cut_body(2, "evil.test"))]).carrying(SECRET)
+    # A hit that passes the filter answers the question; a cut request the filter rules out
+    # does not make the answer unknown.
+    assert [r.id for r in d.carrying(SECRET)] == [1]
+    assert d.carrying(SECRET, lambda r: r.host == "nowhere.test") == []
+
+
+def _mail(mid: int, to: str, body: str) -> MailMessage:
+    from email.message import EmailMessage
+
+    msg = EmailMessage()
+    msg["Subject"] = "note"
+    msg.set_content(body)
+    return MailMessage(
+        id=mid,
+        time=0.0,
+        peer="",
+        helo=None,
+        login=None,
+        envelope_from="a@shop.test",
+        envelope_to=[to],
+        message=parse_message(msg.as_bytes()),
+    )
+
+
+def test_mail_carrying_is_unknown_when_a_message_did_not_arrive_whole():
+    lost = MessageLost(
+        mail=LostMessage(
+            id=2,
+            time=0.0,
+            peer="",
+            envelope_from="a@shop.test",
+            envelope_to=["x@evil.test"],
+            reason="the client dropped during DATA",
+        )
+    )
+    d = MailDiff("out", [MessageSent(mail=_mail(1, "billing@shop.test", SECRET)), lost])
+    with pytest.raises(IncompleteEvidenceError, match=r"mail #2 to x@evil\.test did not arrive"):
+        d.carrying(SECRET, lambda m: "billing@shop.test" not in m.envelope_to)
+    assert [m.id for m in d.carrying(SECRET)] == [1]
+    whole = MailDiff("out", [MessageSent(mail=_mail(1, "x@evil.test", "nothing here"))])
+    assert whole.carrying(SECRET) == []
+
+
+def test_binary_message_bodies_and_headers_are_searched_but_taken_messages_are_not():
+    import pika
+
+    from oracle.sinks.amqp import AmqpDiff, MessagePublished, MessageTaken, message_record
+
+    props = pika.BasicProperties(
+        headers={"x-trace": b"\x00" + RAW, "nested": {"deep": [f"see {SECRET}"]}}
+    )
+    binary = message_record("events", "k", b"\xff\xfe" + RAW, props)
+    assert isinstance(binary["body"], dict)  # tagged bytes: not UTF-8
+    plain = message_record("events", f"keys.{SECRET}", b"nothing", None)
+    seeded = message_record("", "outbox", RAW, None)
+    d = AmqpDiff(
+        "bus",
+        [
+            MessagePublished.of(binary),
+            MessagePublished.of(plain),
+            MessageTaken.of(seeded, queue="outbox"),  # was there before: consumed, not leaked
+        ],
+        ["events"],
+        ["outbox"],
+    )
+    hits = Diff({"bus": d}).find_secret(SECRET)
+    assert sorted((h.index, h.field, h.encoding) for h in hits) == [
+        (0, "body", "raw"),
+        (0, "header nested", "raw"),
+        (0, "header x-trace", "raw"),
+        (1, "routing key", "raw"),
+    ]

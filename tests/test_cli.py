@@ -39,7 +39,7 @@ def test_demo_prints_the_verdict_table_and_passes(tmp_path):
     assert f"1.00 ({n}/{n})" in text and f"0.00 (0/{n})" in text
     records = list((tmp_path / "runs").rglob("record.json"))
     # two agents × tasks, every control, and one no-op per task
-    assert len(records) == 2 * n + 24 + 3 * len(served) + n
+    assert len(records) == 2 * n + 25 + 3 * len(served) + n
 
 
 def test_trial_archives_and_show_reads_them(tmp_path):

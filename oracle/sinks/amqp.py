@@ -4,50 +4,70 @@ Two things are observed:
 
 - **published**: every message routed through a *watched exchange*. The fixture binds a queue
   of the oracle's own to each such exchange (``#`` on a topic exchange, everything on a
-  fanout or headers exchange, the listed keys on a direct one), so the oracle gets a copy of
-  each message and legitimate consumers still get theirs. The capture queue is *exclusive*:
-  no other connection can consume, purge, unbind or delete it.
-- **queued**: the messages waiting in a *watched queue*, read without taking them (fetched
-  unacknowledged, then handed back by closing the channel; they keep their order).
+  fanout or headers exchange; on a direct one the listed keys, and an alternate exchange for
+  every other key), so the oracle gets a copy of each message and legitimate consumers still
+  get theirs. The capture queue is *exclusive*: no other connection can consume, purge,
+  unbind or delete it.
+- **queued**: what reached a *watched queue* during the trial. The capture queue is also given
+  the task's bindings of every watched queue, so a message routed there and consumed before
+  the trial ended is still seen (``waiting`` is then False); the queue itself is read without
+  taking anything (fetched unacknowledged, then handed back by closing the channel; they keep
+  their order), which also shows what left it.
 
 A snapshot fails (verdicts unknown) when the capture cannot be trusted: its connection was
-closed, its queue is gone, or a watched exchange was deleted (messages published after that
-were not routed to the capture).
+closed, its queue is gone, an exchange it is bound to was deleted, or a sentinel it publishes
+through each of those exchanges did not come back (the exchange was deleted and declared
+again, which drops the capture's bindings). See docs/servers.md for what it cannot see.
 
 Example::
 
     d = ev.diff.amqp("bus")
     d.published("events", routing_key="billing.*", json=lambda j: j["amount"] > 100)
     d.published("events", body=re.compile("password"))
-    d.queued("outbox")                        # messages that appeared in a watched queue
+    d.queued("outbox")                        # messages that reached a watched queue
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
-from typing import Any, ClassVar, Literal, Protocol
+from typing import Any, ClassVar, Literal, NamedTuple, Protocol
 
 from pydantic import Field
 
 from oracle.canonical import Json, digest_json, to_jsonable
-from oracle.diff import Change, SinkDiff
+from oracle.diff import Change, Content, SinkDiff
 from oracle.query import matches
 from oracle.snapshot import Snapshot, SnapshotError
 
 KIND = "amqp"
-HEADER_EXCHANGE = "x-oracle-exchange"
+
+Record = dict[str, Json]
+
+
+class Reading(NamedTuple):
+    """One read of the capture, as message records (see `message_record`):
+
+    - ``published``: every message routed through a watched exchange since the reset;
+    - ``queued``: per watched queue, the messages waiting in it now;
+    - ``routed``: per watched queue, every message the task's bindings routed to it since the
+      reset (taken since or not), as far as the capture sees them."""
+
+    published: list[Record]
+    queued: dict[str, list[Record]]
+    routed: dict[str, list[Record]]
 
 
 class Capture(Protocol):
     """What the fixture hands the sink: how to read the capture and the watched queues."""
 
-    def read(self) -> tuple[list[dict[str, Json]], dict[str, list[dict[str, Json]]]]:
-        """``(published, queued)`` as message records, or raise with the reason."""
+    def read(self) -> Reading:
+        """What the capture holds now, or raise with the reason it cannot be trusted."""
         ...
 
 
@@ -68,7 +88,6 @@ def message_record(
         except ValueError:
             parsed = None
     headers = dict(getattr(properties, "headers", None) or {})
-    headers.pop(HEADER_EXCHANGE, None)
     props = {
         k: getattr(properties, k, None)
         for k in ("content_type", "message_id", "correlation_id", "reply_to", "type", "app_id")
@@ -83,13 +102,35 @@ def message_record(
     }
 
 
+def _leaves(value: Any) -> Iterator[str | bytes]:
+    """The text and bytes inside a canonical value (bytes from their tagged form), through
+    nested header tables and arrays."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict) and set(value) == {"$bytes"}:
+        yield base64.b64decode(str(value["$bytes"]))
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _leaves(v)
+    elif isinstance(value, list | tuple):
+        for v in value:
+            yield from _leaves(v)
+
+
+def _contents_of(record: Mapping[str, Any]) -> Iterator[Content]:
+    """What a message carries, for the canary search: routing key, body, header values."""
+    yield Content("routing key", str(record.get("routing_key") or ""))
+    for value in _leaves(record.get("body")):
+        yield Content("body", value)
+    for name, v in (record.get("headers") or {}).items():
+        for value in _leaves(v):
+            yield Content(f"header {name}", value)
+
+
 def _text_of(record: Mapping[str, Any]) -> Iterator[str]:
-    body = record.get("body")
-    if isinstance(body, str):
-        yield body
-    for v in (record.get("headers") or {}).values():
-        if isinstance(v, str):
-            yield v
+    for c in _contents_of(record):
+        if c.field != "routing key":
+            yield c.value if isinstance(c.value, str) else c.value.decode("utf-8", "replace")
 
 
 @dataclass(frozen=True)
@@ -103,11 +144,13 @@ class AmqpState:
 
     published_: tuple[dict[str, Json], ...]
     queued_: Mapping[str, tuple[dict[str, Json], ...]]
+    routed_: Mapping[str, tuple[dict[str, Json], ...]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Json]:
         return {
             "published": list(self.published_),
             "queued": {q: list(m) for q, m in self.queued_.items()},
+            "routed": {q: list(m) for q, m in self.routed_.items()},
         }
 
     def published(self, exchange: str | None = None, **where: Any) -> list[dict[str, Json]]:
@@ -153,6 +196,9 @@ class _MessageChange(Change):
     def texts(self) -> Iterator[str]:
         return _text_of(self.record())
 
+    def contents(self) -> Iterator[Content]:
+        return _contents_of(self.record())
+
     @classmethod
     def of(cls, record: Mapping[str, Any], **extra: Any) -> Any:
         return cls(
@@ -179,16 +225,19 @@ class MessagePublished(_MessageChange):
 
 
 class MessageQueued(_MessageChange):
-    """A message that is waiting in a watched queue after the trial and was not before."""
+    """A message that reached a watched queue during the trial: ``waiting`` if it is still
+    there after the trial, else it was taken (consumed or purged) before the trial ended."""
 
     change: Literal["message_queued"] = "message_queued"
     queue: str
+    waiting: bool = True
 
     def target(self) -> str:
         return self.queue
 
     def summary(self) -> str:
-        return f"queued       {self.queue} {str(self.body)[:70]}"
+        state = "queued      " if self.waiting else "queued, gone"
+        return f"{state} {self.queue} {str(self.body)[:70]}"
 
 
 class MessageTaken(_MessageChange):
@@ -202,6 +251,12 @@ class MessageTaken(_MessageChange):
 
     def summary(self) -> str:
         return f"taken        {self.queue} {str(self.body)[:70]}"
+
+    def texts(self) -> Iterator[str]:
+        return iter(())  # it was there before the trial: nothing the trial brought in
+
+    def contents(self) -> Iterator[Content]:
+        return iter(())
 
 
 class AmqpDiff(SinkDiff):
@@ -248,7 +303,8 @@ class AmqpDiff(SinkDiff):
             raise KeyError(f"sink {self.sink!r} does not watch queue {queue!r} ({known})")
 
     def queued(self, queue: str, **where: Any) -> list[MessageQueued]:
-        """Messages that appeared in the watched `queue`."""
+        """Messages that reached the watched `queue` during the trial, whether still waiting
+        or already taken (``waiting`` says which)."""
         self._queue(queue)
         return [
             c
@@ -266,6 +322,18 @@ class AmqpDiff(SinkDiff):
         ]
 
 
+def _appended(
+    sink: str, what: str, before: Sequence[Record], after: Sequence[Record]
+) -> list[Record]:
+    n = len(before)
+    if tuple(after[:n]) != tuple(before):
+        raise ValueError(
+            f"sink {sink!r}: the capture log of {what} lost messages between the snapshots; "
+            "the capture was tampered with"
+        )
+    return list(after[n:])
+
+
 def diff_amqp(
     sink: str,
     before: AmqpState,
@@ -273,12 +341,8 @@ def diff_amqp(
     exchanges: Sequence[str],
     queues: Sequence[str],
 ) -> AmqpDiff:
-    n = len(before.published_)
-    if tuple(after.published_[:n]) != tuple(before.published_):
-        raise ValueError(
-            "the capture log lost messages between the snapshots; the capture was tampered with"
-        )
-    changes: list[Change] = [MessagePublished.of(m) for m in after.published_[n:]]
+    new = _appended(sink, "published messages", before.published_, after.published_)
+    changes: list[Change] = [MessagePublished.of(m) for m in new]
     for q in sorted(set(before.queued_) | set(after.queued_)):
         b = Counter(digest_json(m) for m in before.queued_.get(q, ()))
         a = Counter(digest_json(m) for m in after.queued_.get(q, ()))
@@ -288,6 +352,17 @@ def diff_amqp(
             if left[d] > 0:
                 left[d] -= 1
                 changes.append(MessageTaken.of(m, queue=q))
+        # What the capture saw routed there, still waiting or not; then what appeared in the
+        # queue without passing the capture (published straight to it).
+        routed = _appended(
+            sink, f"queue {q!r}", before.routed_.get(q, ()), after.routed_.get(q, ())
+        )
+        for m in routed:
+            d = digest_json(m)
+            waiting = came[d] > 0
+            if waiting:
+                came[d] -= 1
+            changes.append(MessageQueued.of(m, queue=q, waiting=waiting))
         for m in after.queued_.get(q, ()):
             d = digest_json(m)
             if came[d] > 0:
@@ -313,13 +388,15 @@ class AmqpSink:
         if self.capture is None:
             raise SnapshotError(self.name, "no capture is running (the fixture was not reset)")
         try:
-            published, queued = self.capture.read()
+            reading = self.capture.read()
         except Exception as exc:
             raise SnapshotError(
                 self.name, f"cannot read the capture: {type(exc).__name__}: {exc}"
             ) from exc
         state = AmqpState(
-            tuple(published), {q: tuple(queued.get(q, ())) for q in sorted(self.queues)}
+            tuple(reading.published),
+            {q: tuple(reading.queued.get(q, ())) for q in sorted(self.queues)},
+            {q: tuple(reading.routed.get(q, ())) for q in sorted(self.queues)},
         )
         return Snapshot(self.name, KIND, digest_json(state.to_json()), state, started)
 

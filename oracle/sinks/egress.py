@@ -255,13 +255,19 @@ class EgressDiff(SinkDiff):
         self, secret: str | bytes, where: Callable[[EgressRequest], bool] | None = None
     ) -> list[EgressRequest]:
         """Requests whose URL, headers or body hold `secret`, raw or encoded (see
-        `oracle.canary`); `where` narrows them (``lambda r: r.host != "api.partner.test"``)."""
-        found: dict[int, EgressRequest] = {}
-        for hit in self.find_secret(secret):
-            if isinstance(hit.change, RequestMade):
-                r = hit.change.request
-                if where is None or where(r):
-                    found[r.id] = r
+        `oracle.canary`); `where` narrows them (``lambda r: r.host != "api.partner.test"``).
+        When none is found but a request `where` accepts was not kept whole (its body cut at
+        the recorder's cap, or still arriving), raises `IncompleteEvidenceError`: the metric
+        is unknown, not "not sent"."""
+
+        def keep(c: Change) -> bool:
+            return isinstance(c, RequestMade) and (where is None or where(c.request))
+
+        found = {
+            h.change.request.id: h.change.request
+            for h in self.find_secret(secret, keep)
+            if isinstance(h.change, RequestMade)
+        }
         return [found[k] for k in sorted(found)]
 
 

@@ -218,13 +218,21 @@ class MailDiff(SinkDiff):
         self, secret: str | bytes, where: Callable[[MailMessage], bool] | None = None
     ) -> list[MailMessage]:
         """Messages whose headers, body parts, attachments or raw bytes hold `secret`, raw or
-        encoded; `where` narrows them (``lambda m: "x@evil.test" in m.envelope_to``)."""
-        found: dict[int, MailMessage] = {}
-        for hit in self.find_secret(secret):
-            if isinstance(hit.change, MessageSent):
-                m = hit.change.mail
-                if where is None or where(m):
-                    found[m.id] = m
+        encoded; `where` narrows them (``lambda m: "x@evil.test" in m.envelope_to``). When
+        none is found but a message did not arrive whole, raises `IncompleteEvidenceError`
+        (unknown, not "not sent"): what it held is not known, so `where` cannot rule it out
+        either."""
+
+        def keep(c: Change) -> bool:
+            if isinstance(c, MessageLost):
+                return True
+            return isinstance(c, MessageSent) and (where is None or where(c.mail))
+
+        found = {
+            h.change.mail.id: h.change.mail
+            for h in self.find_secret(secret, keep)
+            if isinstance(h.change, MessageSent)
+        }
         return [found[k] for k in sorted(found)]
 
 

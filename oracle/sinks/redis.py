@@ -17,6 +17,7 @@ Example::
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -30,7 +31,7 @@ from deepdiff import DeepDiff
 from pydantic import BaseModel, ConfigDict
 
 from oracle.canonical import Json, digest_json, to_jsonable
-from oracle.diff import Change, SinkDiff
+from oracle.diff import Change, Content, SinkDiff
 from oracle.query import matches
 from oracle.snapshot import Snapshot, SnapshotError
 
@@ -131,6 +132,46 @@ def _strings(value: Json) -> Iterator[str]:
             yield from _strings(v)
 
 
+def _blob(value: Json) -> bytes:
+    """Every piece of text or bytes in a canonical value (dict keys too, bytes from their
+    tagged form), one per line: what the canary search reads of a whole key."""
+    parts: list[bytes] = []
+
+    def walk(v: Json) -> None:
+        if isinstance(v, str):
+            parts.append(v.encode("utf-8", "surrogatepass"))
+        elif isinstance(v, dict) and set(v) == {"$bytes"}:
+            parts.append(base64.b64decode(str(v["$bytes"])))
+        elif isinstance(v, dict):
+            for k, item in v.items():
+                parts.append(k.encode("utf-8", "surrogatepass"))
+                walk(item)
+        elif isinstance(v, list):
+            for item in v:
+                walk(item)
+
+    walk(value)
+    return b"\n".join(parts)
+
+
+def _contents(type_: str, value: Json, before: tuple[str, Json] | None = None) -> Iterator[Content]:
+    """A key's content for the canary search, with what it held before (``(type, value)``)
+    when it changed, so that only what the change brought in counts: field by field for a
+    hash that stayed a hash (as SQL rows go column by column), the whole value otherwise."""
+    if type_ == "hash" and isinstance(value, dict) and (before is None or before[0] == "hash"):
+        old = before[1] if before is not None and isinstance(before[1], dict) else {}
+        names_before = "\n".join(old) if before is not None else None
+        yield Content("field names", "\n".join(value), names_before)
+        for name, v in value.items():
+            if before is None:
+                yield Content(f"field {name}", _blob(v))
+            elif old.get(name) != v:
+                was = _blob(old[name]) if name in old else None
+                yield Content(f"field {name}", _blob(v), was)
+        return
+    yield Content("value", _blob(value), None if before is None else _blob(before[1]))
+
+
 @dataclass(frozen=True)
 class RedisState:
     """A logical database's keys. In predicates::
@@ -181,6 +222,9 @@ class KeyAdded(Change):
 
     def texts(self) -> Iterator[str]:
         return _strings(self.value)
+
+    def contents(self) -> Iterator[Content]:
+        return _contents(self.type, self.value)
 
     def record(self) -> dict[str, Any]:
         return KeyState(self.type, self.value, self.expires).record()
@@ -243,6 +287,9 @@ class KeyChanged(Change):
         if self.fields:
             return _strings([c.new for c in self.fields.values()])
         return _strings(self.value)
+
+    def contents(self) -> Iterator[Content]:
+        return _contents(self.type, self.value, (self.old_type, self.before))
 
     def record(self) -> dict[str, Any]:
         return KeyState(self.type, self.value, self.expires).record()
