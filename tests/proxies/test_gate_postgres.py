@@ -13,7 +13,7 @@ import pytest
 
 from oracle import Task, postgres, run_trial
 from oracle.command import CommandAgent
-from tests.conftest import require_tools
+from tests.conftest import agent, require_tools
 
 pytestmark = [
     pytest.mark.services,
@@ -152,3 +152,20 @@ def test_a_cancel_request_passes_only_with_a_key_of_the_agents_own_sessions():
         "PostgreSQL at 127.0.0.1:5432: cancel request for a session not opened through the "
         "sandbox's relay refused"
     )
+
+
+def test_the_open_server_is_on_the_record_with_whether_the_agents_way_was_gated(pg):
+    trusted = pg.admin.execute(
+        "SELECT count(*) FROM pg_hba_file_rules WHERE auth_method = 'trust'"
+    ).fetchone()
+    if trusted == (0,):
+        pytest.skip("this server asks for passwords: nothing to report")
+    isolated = run_trial(make_task(), CommandAgent(["true"])).record
+    in_process = run_trial(make_task(), agent(lambda view: None)).record
+    (gated,) = isolated.exposures
+    assert gated.sink == "bank" and gated.endpoint == "127.0.0.1:5432"
+    assert gated.server == "PostgreSQL postgres@127.0.0.1:5432"
+    assert any("pg_hba.conf trusts host" in p for p in gated.problems)
+    assert gated.gated is True
+    (open_way,) = in_process.exposures
+    assert open_way.problems == gated.problems and open_way.gated is False

@@ -106,6 +106,9 @@ def test_redis_cli_reaches_the_server_only_as_the_sandboxs_user(redis_up):
     assert not any(b" x" in t for t in texts)  # passwords are masked
     (failed,) = [a for a in refused if "failed" in (a.reason or "")]
     assert "the connection would stay the default user's" in (failed.reason or "")
+    (exposure,) = rec.exposures
+    assert exposure.gated is True
+    assert "default user is on without a password" in exposure.problems[0]
 
 
 LINES = [
