@@ -44,8 +44,10 @@ class RunRecord:
     - ``tool_calls``: the calls the harness recorded (harness tier), or None where the harness
       does not own the agent's tools;
     - ``logs``: anything else worth archiving (stderr…), by file name;
-    - ``network_attempts``: connections the agent tried past the sandbox's network (None where
-      it did not run in a network namespace).
+    - ``network_attempts``: connections the agent tried past the sandbox's network, and
+      logins the gates refused (None where it did not run in a network namespace);
+    - ``login_gates``: the endpoints (``host:port``) it reached only through a login gate, as
+      the sandbox's account (None where it did not run in a network namespace).
     """
 
     invocation: Invocation
@@ -54,6 +56,7 @@ class RunRecord:
     tool_calls: tuple[ToolCall, ...] | None = None
     logs: Mapping[str, bytes] = field(default_factory=dict)
     network_attempts: tuple[Attempt, ...] | None = None
+    login_gates: tuple[str, ...] | None = None
 
 
 class AgentError(RuntimeError):

@@ -9,7 +9,10 @@ truncation is recorded. A timeout kills it with its whole process group.
 
 With ``isolation="bwrap"`` (the default) it runs under bubblewrap (`oracle.proxies.bwrap`)
 inside a network namespace (`oracle.proxies.jail`) whose only ways out are the services the
-task exposes; a connection anywhere else is recorded as an attempt and reaches nothing.
+task exposes; a connection anywhere else is recorded as an attempt and reaches nothing. A
+database server it is handed an account on is reached through a login gate
+(`oracle.proxies.gate`): it logs in as that account or not at all, and a refused login is
+recorded as an attempt too.
 ``isolation="none"`` runs it as a plain child process (for debugging; nothing is contained).
 
 The invocation record comes from the process itself: started or not, exit status, signal,
@@ -39,6 +42,7 @@ import sqlalchemy as sa
 from oracle.agent import AgentError, RunRecord
 from oracle.invocation import Invocation, Step, StepOutcome
 from oracle.proxies.bwrap import BwrapMissingError, BwrapPolicy, bwrap_argv, bwrap_path
+from oracle.proxies.gate import GateError, login_gates
 from oracle.proxies.jail import JailError, NetworkJail
 from oracle.sandbox import SandboxView
 
@@ -182,7 +186,11 @@ class CommandAgent:
             workdir=workdir,
         )
         try:
-            jail = NetworkJail(expose=exposed_endpoints(env))
+            gates = login_gates(env)
+        except GateError as exc:
+            raise self._harness_failed(str(exc)) from exc
+        try:
+            jail = NetworkJail(expose=exposed_endpoints(env), gates=gates)
             jail.open()
         except JailError as exc:
             raise self._harness_failed(f"the network namespace could not be made: {exc}") from exc
@@ -263,6 +271,7 @@ class CommandAgent:
             final_message=reply.decode("utf-8", "replace").strip() or None,
             logs=logs,
             network_attempts=tuple(jail.finish()) if jail else None,
+            login_gates=tuple(f"{h}:{p}" for h, p in sorted(jail.gates)) if jail else None,
         )
         if timed_out:
             raise AgentError(

@@ -123,6 +123,24 @@ class Finding(BaseModel):
     call: str | None = Field(None, description="the tool call it contradicts, if any")
 
 
+class ServerExposure(BaseModel):
+    """A server of one of the task's sinks that lets an agent log in past the account the
+    sandbox hands it (docs/servers.md, 'The server must ask for a secret')."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    sink: str
+    server: str
+    endpoint: str = Field(description="host:port, as the agent's URLs name it")
+    problems: list[str] = Field(description="what the server lets anyone do")
+    gated: bool = Field(
+        description="the agent reached this endpoint only through the jail's login gate, "
+        "which admits the sandbox's account alone (an isolated command agent); false: "
+        "nothing stood between the agent and what is open (an in-process agent, a command "
+        "run without isolation, a server the gate does not speak for)"
+    )
+
+
 class TrialRecord(BaseModel):
     """What one trial leaves: verdicts with their reasons, the evidence digests and the diff."""
 
@@ -150,8 +168,14 @@ class TrialRecord(BaseModel):
     )
     network_attempts: list[Attempt] | None = Field(
         None,
-        description="connections and datagrams the agent sent past the sandbox's network "
+        description="connections and datagrams the agent sent past the sandbox's network, "
+        "and logins as anyone but the sandbox's account that a login gate refused "
         "(null: it did not run in a network namespace)",
+    )
+    exposures: list[ServerExposure] = Field(
+        default_factory=list,
+        description="servers of the task's sinks that let an agent log in past the "
+        "sandbox's account, and whether this agent's way to each was gated",
     )
     final_message: str | None = Field(
         None, description="claim tier: what the agent said of its work; never evidence"

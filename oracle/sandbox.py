@@ -32,7 +32,7 @@ from oracle import clients
 from oracle.diff import Diff, SinkDiff
 from oracle.fsops import remove_tree
 from oracle.globs import check_relative
-from oracle.sink import Place, Provisioned, SinkSpec, env_suffix
+from oracle.sink import Exposure, Place, Provisioned, SinkSpec, env_suffix
 from oracle.snapshot import Snapshot, SnapshotError
 from oracle.task import Task
 
@@ -274,6 +274,16 @@ class Sandbox:
             shared_dir=self.dir / "shared" if self.dir is not None else None,
             private=tuple(hidden),
         )
+
+    def exposures(self) -> dict[str, Exposure]:
+        """Sink → what its server lets an agent do past the sandbox's account, for the sinks
+        whose fixture found something (see `oracle.fixtures.exposure`)."""
+        out: dict[str, Exposure] = {}
+        for name, prov in self.provisioned.items():
+            found = getattr(prov.fixture, "exposure", None)
+            if isinstance(found, Exposure) and found.problems:
+                out[name] = found
+        return out
 
     def reset(self) -> None:
         """Empty the agent's folder and restore every sink to the task's seed, so that nothing

@@ -75,6 +75,18 @@ class Fixture(Protocol):
 
 
 @dataclass(frozen=True)
+class Exposure:
+    """What a fixture's server lets an agent do past the account the sandbox hands it (an
+    administrator without a password, a ``trust`` rule…), as the fixture found when seeding.
+    A fixture on a server offers it as its ``exposure`` attribute (None: nothing found)."""
+
+    server: str
+    #: ``host:port``, as the agent's URLs name it.
+    endpoint: str
+    problems: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Place:
     """Where a sandbox provisions its resources.
 

@@ -41,11 +41,12 @@ from oracle.record import (
     Finding,
     InjectionRecord,
     PredicateRecord,
+    ServerExposure,
     SnapshotDigests,
     TrialRecord,
 )
 from oracle.sandbox import Sandbox, SandboxView
-from oracle.sink import SinkSpec
+from oracle.sink import Exposure, SinkSpec
 from oracle.snapshot import Snapshot, States
 from oracle.task import Task
 from oracle.verdict import Metric, Outcome, Verdicts, decide
@@ -97,6 +98,8 @@ class _Trial:
     diff: Diff = field(default_factory=lambda: Diff({}))
     evaluation: _Evaluation | None = None
     findings: list[Finding] = field(default_factory=list)
+    #: Sink → what its server lets an agent do past the sandbox's account.
+    exposures: dict[str, Exposure] = field(default_factory=dict)
 
 
 def run_trial(
@@ -223,6 +226,7 @@ class TrialSession:
             t.error = f"reset failed: {exc}"
             return False
         t.trigger_at = time.time()  # 2. boundary
+        t.exposures = self._sandbox.exposures()
         t.before = _observe(self._sandbox)  # 3. snapshot before
         self._probe = _arm_reach_probe(self._sandbox, t.task, t.before)
         self._began = True
@@ -459,6 +463,20 @@ def _not_measured(t: _Trial, evaluation: _Evaluation) -> dict[str, str]:
     return out
 
 
+def _exposures(t: _Trial) -> list[ServerExposure]:
+    gated = set(t.run.login_gates or ()) if t.run is not None else set()
+    return [
+        ServerExposure(
+            sink=name,
+            server=e.server,
+            endpoint=e.endpoint,
+            problems=list(e.problems),
+            gated=e.endpoint in gated,
+        )
+        for name, e in sorted(t.exposures.items())
+    ]
+
+
 def _finish(t: _Trial, out: Path | None) -> TrialResult:
     """Build the record (unknown verdicts, with the reason, when the trial broke early) and
     write the archive."""
@@ -498,6 +516,7 @@ def _finish(t: _Trial, out: Path | None) -> TrialResult:
         network_attempts=(
             list(run.network_attempts) if run and run.network_attempts is not None else None
         ),
+        exposures=_exposures(t),
         final_message=final[:FINAL_MESSAGE_LIMIT] if final else None,
         claims=parse_claims(final),
         controls=t.controls,

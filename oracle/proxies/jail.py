@@ -13,6 +13,11 @@
 - nothing else: a host service the task does not expose is simply not there (the namespace has
   its own loopback).
 
+A relay to a database server for which the sandbox hands the agent an account is a *login
+gate* (`oracle.proxies.gate`): it reads the protocol's login and relays only that account's;
+any other login is refused in the protocol's own words and recorded as an attempt, with the
+reason.
+
 It needs root (to make the namespace) and ``nft`` and ``ip`` on the PATH; without them it
 raises `JailError` saying which. Processes join it through `command_prefix()` (``nsenter``).
 
@@ -39,11 +44,16 @@ import struct
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from types import TracebackType
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
+
+from oracle.proxies.gate import Gate, LoginGate, close, splice
+from oracle.proxies.gate_mysql import MysqlGate
+from oracle.proxies.gate_postgres import PostgresGate
+from oracle.proxies.gate_redis import RedisGate
 
 SO_ORIGINAL_DST = 80  # linux/netfilter_ipv4.h; the same number for IPv6 (at SOL_IPV6)
 SOL_IPV6 = socket.IPPROTO_IPV6  # the socket module names no SOL_IPV6; the level is the protocol
@@ -55,7 +65,9 @@ class JailError(RuntimeError):
 
 
 class Attempt(BaseModel):
-    """One connection or datagram the agent sent somewhere it may not go."""
+    """One connection or datagram the agent sent somewhere it may not go: past the sandbox's
+    network (caught by the trap), or to an exposed server as someone other than the sandbox's
+    account (refused by a login gate; ``reason`` says why)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -67,10 +79,16 @@ class Attempt(BaseModel):
     sent_bytes: int = 0
     truncated: bool = False
     dns_query: str | None = None
+    reason: str | None = Field(
+        None,
+        description="why a login gate refused the connection (null: the trap caught it); "
+        "`sent` then holds the refused login with any password masked",
+    )
 
     def summary(self) -> str:
         what = f" (DNS query for {self.dns_query})" if self.dns_query else ""
-        return f"{self.proto} to {self.destination}:{self.port}{what}, {self.sent_bytes} bytes"
+        why = f": {self.reason}" if self.reason else ""
+        return f"{self.proto} to {self.destination}:{self.port}{what}, {self.sent_bytes} bytes{why}"
 
     def data(self) -> bytes:
         return base64.b64decode(self.sent)
@@ -127,11 +145,30 @@ def _loopback_endpoint(host: str) -> bool:
         return False
 
 
-class NetworkJail:
-    """A network namespace for one run (see the module docstring). A context manager."""
+_GATES: dict[str, Callable[[LoginGate], Gate]] = {
+    "postgresql": PostgresGate,
+    "mysql": MysqlGate,
+    "redis": RedisGate,
+}
 
-    def __init__(self, expose: Iterable[tuple[str, int]] = (), *, capture: int = CAPTURE_LIMIT):
-        self.expose = sorted({(h, p) for h, p in expose})
+
+class NetworkJail:
+    """A network namespace for one run (see the module docstring). A context manager.
+
+    `gates` (from `oracle.proxies.gate.login_gates`) turn the relays of their endpoints into
+    login gates; their endpoints are exposed too."""
+
+    def __init__(
+        self,
+        expose: Iterable[tuple[str, int]] = (),
+        *,
+        gates: Mapping[tuple[str, int], LoginGate] | None = None,
+        capture: int = CAPTURE_LIMIT,
+    ):
+        self.gates: dict[tuple[str, int], Gate] = {
+            endpoint: _GATES[spec.protocol](spec) for endpoint, spec in (gates or {}).items()
+        }
+        self.expose = sorted({(h, p) for h, p in expose} | set(self.gates))
         for host, port in self.expose:
             if not _loopback_endpoint(host):
                 raise JailError(f"only loopback services can be exposed, not {host}:{port}")
@@ -373,24 +410,28 @@ table inet oracle_jail {{
                     s.sendto(answer, addr)
 
     async def _relay(self, conn: socket.socket, target: tuple[str, int]) -> None:
+        gate = self.gates.get(target)
+        if gate is not None:
+            await self._gated(conn, target, gate)
+            return
         try:
-            reader, writer = await asyncio.open_connection(*target)
+            server = await asyncio.open_connection(*target)
         except OSError:
             conn.close()
             return
-        inner_reader, inner_writer = await asyncio.open_connection(sock=conn)
+        await splice(await asyncio.open_connection(sock=conn), server)
 
-        async def pump(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-            with contextlib.suppress(OSError, ConnectionError):
-                while chunk := await r.read(65536):
-                    w.write(chunk)
-                    await w.drain()
-            with contextlib.suppress(OSError, RuntimeError):
-                w.write_eof()
+    async def _gated(self, conn: socket.socket, target: tuple[str, int], gate: Gate) -> None:
+        client = await asyncio.open_connection(sock=conn)
 
-        await asyncio.gather(pump(inner_reader, writer), pump(reader, inner_writer))
-        for w in (writer, inner_writer):
-            w.close()
+        def refuse(reason: str, sent: bytes) -> None:
+            self._record("tcp", target[0], target[1], sent, reason=reason)
+
+        try:
+            await gate.serve(client, lambda: asyncio.open_connection(*target), refuse)
+        except Exception as exc:  # a gate that breaks lets nothing through, and says so
+            close(client)
+            refuse(f"{gate.spec.server}: the login gate failed ({type(exc).__name__}: {exc})", b"")
 
     def _record(
         self,
@@ -400,6 +441,7 @@ table inet oracle_jail {{
         data: bytes,
         query: str | None = None,
         when: float | None = None,
+        reason: str | None = None,
     ) -> None:
         kept = data[: self.capture]
         attempt = Attempt(
@@ -411,6 +453,7 @@ table inet oracle_jail {{
             sent_bytes=len(data),
             truncated=len(data) > self.capture,
             dns_query=query,
+            reason=reason,
         )
         with self._lock:
             self.attempts.append(attempt)

@@ -183,13 +183,16 @@ class RequestMade(Change):
 
 class ConnectionAttempted(Change):
     """A connection, datagram or DNS query the agent sent past the sandbox's network, outside
-    the recorder: it reached nothing, and this is its trace."""
+    the recorder, or a login to an exposed server as someone other than the sandbox's account
+    (``attempt.reason`` says why its login gate refused it): it reached nothing, and this is
+    its trace."""
 
     change: Literal["connection_attempted"] = "connection_attempted"
     attempt: Attempt
 
     def summary(self) -> str:
-        return f"bypass attempt {self.attempt.summary()}"
+        what = "refused login" if self.attempt.reason else "bypass attempt"
+        return f"{what} {self.attempt.summary()}"
 
     def target(self) -> str:
         return self.attempt.dns_query or self.attempt.destination
