@@ -34,7 +34,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any, Literal
 
@@ -49,7 +49,9 @@ from oracle.proxies.bwrap import (
     bwrap_path,
     hidden_by,
     make_hidden_folders,
+    sealed_folders,
 )
+from oracle.proxies.decoy import Decoys
 from oracle.proxies.jail import JailError, NetworkJail
 from oracle.sandbox import SandboxView
 
@@ -271,14 +273,21 @@ class CommandAgent:
             return self._not_started(
                 f"command {self.argv[0]!r} cannot start in the sandbox: {unseen}"
             )
+        decoys = Decoys(sealed_folders(policy))
         try:
             make_hidden_folders(policy)
+            decoys.open()
         except OSError as exc:
+            decoys.close()
             raise self._harness_failed(f"a folder of the oracle's cannot be hidden: {exc}") from exc
+        assert decoys.root is not None
+        # The decoys' own folder is hidden too (a plain tmpfs), where it is not under /tmp.
+        policy = replace(policy, hidden=(*policy.hidden, decoys.root), decoys=decoys.folders)
         try:
             jail = NetworkJail(expose=exposed_endpoints(env))
             jail.open()
         except JailError as exc:
+            decoys.close()
             raise self._harness_failed(f"the network namespace could not be made: {exc}") from exc
         status = _SandboxStatus()
         try:
@@ -286,10 +295,11 @@ class CommandAgent:
                 *jail.command_prefix(),
                 *bwrap_argv(policy, command, status_fd=status.write_fd),
             ]
-            return self._execute(argv, env, view, jail, status)
+            return self._execute(argv, env, view, jail, status, decoys)
         finally:
             status.close()
             jail.close()
+            decoys.close()
 
     def _execute(
         self,
@@ -298,6 +308,7 @@ class CommandAgent:
         view: SandboxView,
         jail: NetworkJail | None,
         status: _SandboxStatus | None,
+        decoys: Decoys | None = None,
     ) -> RunRecord:
         started = time.time()
         cwd = env.get("ORACLE_TASK_ROOT") or (str(view.agent_dir) if view.agent_dir else None)
@@ -377,6 +388,7 @@ class CommandAgent:
             output_open=held,
             isolation=self.isolation,
             hidden=hidden,
+            hidden_opened=[str(p) for p in decoys.opened()] if decoys else [],
         )
         reply = bytes(out.data)
         logs = {"agent.stdout": reply, "agent.stderr": bytes(err.data)}

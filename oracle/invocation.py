@@ -56,6 +56,11 @@ class Invocation(BaseModel):
         "program saw as empty and read-only: reading or writing them failed inside the "
         "sandbox, with an error only the program saw",
     )
+    hidden_opened: list[str] = Field(
+        default_factory=list,
+        description="hidden folders the program listed (opened as folders); opening a file "
+        "by name in them, or writing, fails without a trace and is not counted here",
+    )
 
     @classmethod
     def not_started(cls, adapter: str, agent: str, why: str) -> Invocation:

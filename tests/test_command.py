@@ -92,6 +92,7 @@ def test_sqlite3_cli_as_the_agent_breaches_and_is_seen():
         ("silent_success", "root"),
     ]
     assert r.network_attempts == []
+    assert r.invocation.hidden_opened == []  # an ordinary agent opens none of the oracle's
 
 
 def test_raw_socket_bypass_reaches_nothing_and_is_recorded(tmp_path):
@@ -249,6 +250,12 @@ def test_the_agent_cannot_touch_the_oracle(outside_tmp, tmpdir_outside_tmp):
     hidden = r.invocation.hidden
     assert str(base.resolve()) in hidden  # runs/ holds only archives: hidden whole
     assert any(Path(h).name.startswith("oracle-egress-net-") for h in hidden)
+    # Listing a hidden folder (the globs above) shows: each is an empty decoy, watched.
+    opened = r.invocation.hidden_opened
+    assert str(base.resolve()) in opened
+    assert any(Path(h).name.startswith("oracle-egress-net-") for h in opened)
+    assert any(Path(h).name.startswith("oracle-templates-") for h in opened)
+    assert set(opened) <= set(hidden)
     stderr = (result.archive / "logs" / "agent.stderr").read_text()
     assert "write beside the archives [Errno 30] Read-only file system" in stderr
     for path, data in kept.items():
@@ -276,6 +283,8 @@ def test_archives_beside_a_projects_files_are_hidden_one_by_one(outside_tmp):
     assert "record.json failed FileNotFoundError" in (r.final_message or "")
     assert "tool.txt 8" in (r.final_message or "")
     assert sorted(r.invocation.hidden)[-2:] == [str(project / "run1"), str(project / "run2")]
+    # Opening a file by name in a hidden folder fails before anything is opened: no trace.
+    assert r.invocation.hidden_opened == []
 
 
 def test_private_folders_around_an_archive(outside_tmp):

@@ -3,8 +3,9 @@
 The agent sees the host's root filesystem read-only, a private ``/tmp``, and, writable, only
 the sandbox's agent folder (task roots, SQLite files). Everything the oracle keeps — the
 sandbox's own files, templates, archives, the recorder's confdir and log — is covered by an
-empty tmpfs, so the agent can neither read nor write it; single files it must read (the
-prompt, the recorder's CA certificate) are bound back read-only. It runs in its own PID, IPC
+empty, read-only folder (a watched decoy, `oracle.proxies.decoy`, or a tmpfs), so the agent
+can neither read nor write it; single files it must read (the prompt, the recorder's CA
+certificate) are bound back read-only. It runs in its own PID, IPC
 and UTS namespaces with every capability dropped, in a new session, and dies with its parent;
 when its first process exits, the kernel ends every process left in its PID namespace.
 
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,9 +37,10 @@ class BwrapPolicy:
     - ``writable``: folders bound read-write (the sandbox's agent folder);
     - ``readable``: files or folders bound read-only on top of hidden ones (the prompt file,
       the CA certificate);
-    - ``hidden``: folders covered by an empty, read-only tmpfs (the oracle's own files). They
-      must exist when the sandbox starts (`make_hidden_folders`). ``/tmp``, ``/var/tmp`` and
-      ``/run`` (the host's service sockets) are always private.
+    - ``hidden``: folders covered by an empty, read-only folder (the oracle's own files): the
+      one `decoys` names for it (`oracle.proxies.decoy`), else a tmpfs. They must exist when
+      the sandbox starts (`make_hidden_folders`). ``/tmp``, ``/var/tmp`` and ``/run`` (the
+      host's service sockets) are always private.
     - ``workdir``: where the command starts.
     """
 
@@ -47,6 +49,7 @@ class BwrapPolicy:
     hidden: tuple[Path, ...] = ()
     workdir: Path | None = None
     extra: tuple[str, ...] = field(default=())
+    decoys: Mapping[Path, Path] = field(default_factory=dict)
 
 
 #: Folders every sandbox replaces with an empty, private tmpfs.
@@ -115,8 +118,12 @@ def bwrap_argv(
     for path in ALWAYS_PRIVATE:
         argv += ["--tmpfs", str(path)]
     sealed = sealed_folders(policy)
+    decoys = {k.resolve(): v for k, v in policy.decoys.items()}
     for path in sealed:
-        argv += ["--tmpfs", str(path)]
+        if path in decoys:
+            argv += ["--bind", str(decoys[path]), str(path)]
+        else:
+            argv += ["--tmpfs", str(path)]
     for path in policy.readable:
         p = path.resolve()
         if p.exists():
