@@ -108,6 +108,57 @@ def write_archive(folder: Path, files: Mapping[str, bytes], *, overwrite: bool =
     return folder
 
 
+def holds_archives(folder: Path, depth: int = 3) -> bool:
+    """Whether `folder` is, or holds within `depth` levels, an archive: a trial archive's
+    manifest or a signed cell (``*.dsse.json``). Links are not followed."""
+    level = [folder]
+    for _ in range(depth + 1):
+        deeper: list[Path] = []
+        for where in level:
+            try:
+                entries = list(os.scandir(where))
+            except OSError:
+                continue
+            for entry in entries:
+                if entry.name == MANIFEST or entry.name.endswith(".dsse.json"):
+                    return True
+                if entry.is_dir(follow_symlinks=False):
+                    deeper.append(Path(entry.path))
+        level = deeper
+    return False
+
+
+def private_folders(out: Path) -> list[Path]:
+    """The folders an isolated agent must not see when its trial is archived under `out`.
+
+    Always `out` itself. Beside it: the folder that holds `out` when that folder holds nothing
+    else but archive folders and empty ones — ``runs/`` for ``runs/<time>``, which then also
+    covers runs that start later; otherwise each archive folder beside `out` (`holds_archives`),
+    so that a folder of other things (a project's root) stays visible.
+
+    >>> private_folders(Path("/nonexistent/runs/b"))
+    [PosixPath('/nonexistent/runs/b')]
+    """
+    out = out.absolute()
+    parent = out.parent
+    try:
+        siblings = [p for p in parent.iterdir() if p != out]
+    except OSError:
+        return [out]  # nothing beside it yet
+    archives = [p for p in siblings if p.is_dir() and not p.is_symlink() and holds_archives(p)]
+    others = [p for p in siblings if p not in archives and not _empty_folder(p)]
+    if not others and parent != Path(parent.anchor):
+        return [parent]
+    return [out, *archives]
+
+
+def _empty_folder(path: Path) -> bool:
+    try:
+        return path.is_dir() and not path.is_symlink() and not any(path.iterdir())
+    except OSError:
+        return False
+
+
 def verify_archive(folder: Path) -> list[str]:
     """Problems with an archive: files missing from or extra to the manifest, digest mismatches.
 

@@ -12,6 +12,8 @@ import datetime as _dt
 import importlib
 import importlib.util
 import json
+import os
+import shlex
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,14 +54,18 @@ class UsageError(Exception):
     pass
 
 
+ISOLATIONS = ("bwrap", "container", "none")
+
+
 @dataclass(frozen=True)
 class RunOptions:
-    """How command agents run: `oracle trial --timeout/--isolation/--pass-env`."""
+    """How command agents run: `oracle trial --timeout/--isolation/--image/--pass-env`."""
 
     timeout: float = 600.0
     isolation: str = "bwrap"
     pass_env: tuple[str, ...] = ()
     allow_hosts: tuple[str, ...] = ()
+    image: str | None = None
 
 
 def resolve_agent(spec: str, options: RunOptions | None = None) -> Agent:
@@ -73,8 +79,14 @@ def resolve_agent(spec: str, options: RunOptions | None = None) -> Agent:
         command = spec[4:].strip()
         if not command:
             raise UsageError("'cmd:' needs a command line after it, e.g. 'cmd:./agent.sh'")
-        if options.isolation not in ("bwrap", "none"):
-            raise UsageError(f"--isolation must be bwrap or none, not {options.isolation!r}")
+        if options.isolation not in ISOLATIONS:
+            raise UsageError(
+                f"--isolation must be {', '.join(ISOLATIONS)}, not {options.isolation!r}"
+            )
+        if (options.image is not None) != (options.isolation == "container"):
+            raise UsageError("--image goes with --isolation container, and it needs one")
+        if options.isolation == "container":
+            return _container_agent(command, options)
         return CommandAgent(
             command,
             timeout=options.timeout,
@@ -104,6 +116,30 @@ def resolve_agent(spec: str, options: RunOptions | None = None) -> Agent:
     if not callable(fn):
         raise UsageError(f"agent {spec!r} is not callable")
     return CallableAgent(fn, name=spec)
+
+
+def _container_agent(command: str, options: RunOptions) -> Agent:
+    """A command agent in a container of `options.image`; a `UsageError` saying which engine
+    is missing where none can be reached."""
+    from oracle.proxies.container import (
+        ContainerAgent,
+        ContainerEngineMissingError,
+        docker_client,
+    )
+
+    assert options.image is not None
+    try:
+        client = docker_client()
+    except ContainerEngineMissingError as exc:
+        raise UsageError(f"--isolation container: {exc}") from exc
+    return ContainerAgent(
+        shlex.split(command),
+        image=options.image,
+        name=f"cmd:{command}",
+        timeout=options.timeout,
+        env={k: os.environ[k] for k in options.pass_env if k in os.environ},
+        client=client,
+    )
 
 
 def _load(paths: list[Path], only: list[str] | None) -> Loaded:
@@ -264,8 +300,15 @@ def trial(
         float, typer.Option(help="seconds a command agent may run before it is killed")
     ] = 600.0,
     isolation: Annotated[
-        str, typer.Option(help="how command agents run: bwrap (isolated) or none")
+        str,
+        typer.Option(
+            help="how command agents run: bwrap (isolated here), container (in a Docker "
+            "container of --image, where an engine exists) or none (nothing contained)"
+        ),
     ] = "bwrap",
+    image: Annotated[
+        str | None, typer.Option(help="the container image of --isolation container")
+    ] = None,
     pass_env: Annotated[
         list[str] | None,
         typer.Option(
@@ -288,6 +331,7 @@ def trial(
         isolation=isolation,
         pass_env=tuple(pass_env or ()),
         allow_hosts=tuple(allow_host or ()),
+        image=image,
     )
     try:
         loaded = _load(paths, task)

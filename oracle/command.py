@@ -16,7 +16,9 @@ recorded as an attempt too.
 ``isolation="none"`` runs it as a plain child process (for debugging; nothing is contained).
 
 The invocation record comes from the process itself: started or not, exit status, signal,
-timeout — never from what it printed.
+timeout — never from what it printed. Under bubblewrap, started means the program was
+executed inside the sandbox (bubblewrap reports its exit code only then); a program the
+sandbox would hide is refused before anything starts.
 
     CommandAgent("python -m oracle.demo obedient")
     CommandAgent(["claude", "-p", "$(cat $ORACLE_PROMPT_FILE)"], pass_env=["ANTHROPIC_API_KEY"])
@@ -25,7 +27,9 @@ timeout — never from what it printed.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import select
 import shlex
 import shutil
 import signal
@@ -33,15 +37,24 @@ import subprocess
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import IO, Literal
+from typing import IO, Any, Literal
 
 import sqlalchemy as sa
 
 from oracle.agent import AgentError, RunRecord
 from oracle.invocation import Invocation, Step, StepOutcome
-from oracle.proxies.bwrap import BwrapMissingError, BwrapPolicy, bwrap_argv, bwrap_path
+from oracle.proxies.bwrap import (
+    BwrapMissingError,
+    BwrapPolicy,
+    bwrap_argv,
+    bwrap_path,
+    hidden_by,
+    make_hidden_folders,
+    sealed_folders,
+)
+from oracle.proxies.decoy import Decoys
 from oracle.proxies.gate import GateError, login_gates
 from oracle.proxies.jail import JailError, NetworkJail
 from oracle.sandbox import SandboxView
@@ -50,29 +63,103 @@ Isolation = Literal["bwrap", "none"]
 OUTPUT_LIMIT = 1 << 20
 DEFAULT_TIMEOUT = 600.0
 BASE_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "TERM")
+#: How long capture waits for the end of the agent's output once it has exited. The end comes
+#: at once unless a process it left running (possible only without isolation) holds a stream.
+OUTPUT_GRACE = 2.0
 
 
 @dataclass
 class _Capture:
-    """Reads one stream to the end, keeping at most `limit` bytes."""
+    """Reads one stream until its end, or until `stop`, keeping at most `limit` bytes. Reads
+    what is there as soon as it arrives, so nothing already written is lost when capture has
+    to stop before the end."""
 
     stream: IO[bytes]
     limit: int
     data: bytearray = field(default_factory=bytearray)
     total: int = 0
+    ended: bool = False
+    _stop: threading.Event = field(default_factory=threading.Event)
 
     def start(self) -> threading.Thread:
         t = threading.Thread(target=self._read, daemon=True)
         t.start()
         return t
 
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _keep(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        room = self.limit - len(self.data)
+        if room > 0:
+            self.data += chunk[:room]
+
     def _read(self) -> None:
-        while chunk := self.stream.read(65536):
-            self.total += len(chunk)
-            room = self.limit - len(self.data)
-            if room > 0:
-                self.data += chunk[:room]
-        self.stream.close()
+        fd = self.stream.fileno()
+        poller = select.poll()
+        poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
+        try:
+            while True:
+                stopping = self._stop.is_set()
+                if not poller.poll(0 if stopping else 100):
+                    if stopping:
+                        return
+                    continue
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    self.ended = True
+                    return
+                self._keep(chunk)
+                if stopping:
+                    return  # one last read of what was there; a writer that goes on is cut
+        finally:
+            self.stream.close()
+
+
+class _SandboxStatus:
+    """What bubblewrap reports on its ``--json-status-fd``: the sandbox's first process
+    (``child-pid``) and, only if the program was executed, its ``exit-code``."""
+
+    def __init__(self) -> None:
+        self.read_fd, self.write_fd = os.pipe()
+        os.set_blocking(self.read_fd, False)
+        self._buf = b""
+
+    def close_writer(self) -> None:
+        if self.write_fd >= 0:
+            os.close(self.write_fd)
+            self.write_fd = -1
+
+    def close(self) -> None:
+        self.close_writer()
+        if self.read_fd >= 0:
+            os.close(self.read_fd)
+            self.read_fd = -1
+
+    def _poll(self) -> None:
+        with contextlib.suppress(BlockingIOError, OSError):
+            while chunk := os.read(self.read_fd, 4096):
+                self._buf += chunk
+
+    def _field(self, key: str) -> int | None:
+        self._poll()
+        for line in self._buf.splitlines():
+            try:
+                doc: Any = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(doc, dict) and isinstance(doc.get(key), int):
+                return int(doc[key])
+        return None
+
+    @property
+    def child_pid(self) -> int | None:
+        return self._field("child-pid")
+
+    @property
+    def exit_code(self) -> int | None:
+        return self._field("exit-code")
 
 
 def exposed_endpoints(env: Mapping[str, str]) -> list[tuple[str, int]]:
@@ -170,7 +257,7 @@ class CommandAgent:
         # The agent starts in the task root: a relative program path means the caller's folder.
         command = [os.path.abspath(exe) if os.sep in self.argv[0] else self.argv[0], *self.argv[1:]]
         if self.isolation == "none":
-            return self._execute(command, env, view, None)
+            return self._execute(command, env, view, None, None)
         try:
             bwrap_path()
         except BwrapMissingError as exc:
@@ -185,20 +272,43 @@ class CommandAgent:
             hidden=view.private,
             workdir=workdir,
         )
+        unseen = _unseen_program(Path(exe), policy)
+        if unseen is not None:
+            return self._not_started(
+                f"command {self.argv[0]!r} cannot start in the sandbox: {unseen}"
+            )
+        decoys = Decoys(sealed_folders(policy))
+        try:
+            make_hidden_folders(policy)
+            decoys.open()
+        except OSError as exc:
+            decoys.close()
+            raise self._harness_failed(f"a folder of the oracle's cannot be hidden: {exc}") from exc
+        assert decoys.root is not None
+        # The decoys' own folder is hidden too (a plain tmpfs), where it is not under /tmp.
+        policy = replace(policy, hidden=(*policy.hidden, decoys.root), decoys=decoys.folders)
         try:
             gates = login_gates(env)
         except GateError as exc:
+            decoys.close()
             raise self._harness_failed(str(exc)) from exc
         try:
             jail = NetworkJail(expose=exposed_endpoints(env), gates=gates)
             jail.open()
         except JailError as exc:
+            decoys.close()
             raise self._harness_failed(f"the network namespace could not be made: {exc}") from exc
+        status = _SandboxStatus()
         try:
-            argv = [*jail.command_prefix(), *bwrap_argv(policy, command)]
-            return self._execute(argv, env, view, jail)
+            argv = [
+                *jail.command_prefix(),
+                *bwrap_argv(policy, command, status_fd=status.write_fd),
+            ]
+            return self._execute(argv, env, view, jail, status, decoys)
         finally:
+            status.close()
             jail.close()
+            decoys.close()
 
     def _execute(
         self,
@@ -206,9 +316,12 @@ class CommandAgent:
         env: dict[str, str],
         view: SandboxView,
         jail: NetworkJail | None,
+        status: _SandboxStatus | None,
+        decoys: Decoys | None = None,
     ) -> RunRecord:
         started = time.time()
         cwd = env.get("ORACLE_TASK_ROOT") or (str(view.agent_dir) if view.agent_dir else None)
+        fds = (*(jail.pass_fds if jail else ()), *((status.write_fd,) if status else ()))
         try:
             proc = subprocess.Popen(
                 argv,
@@ -218,10 +331,13 @@ class CommandAgent:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 start_new_session=True,
-                pass_fds=jail.pass_fds if jail else (),
+                pass_fds=fds,
             )
         except OSError as exc:
             return self._not_started(f"{self.argv[0]!r} could not be started: {exc}")
+        finally:
+            if status is not None:
+                status.close_writer()  # bubblewrap holds it now: its end is bubblewrap's exit
         assert proc.stdout is not None and proc.stderr is not None
         out, err = (
             _Capture(proc.stdout, self.output_limit),
@@ -233,10 +349,26 @@ class CommandAgent:
             proc.wait(timeout=self.timeout)
         except subprocess.TimeoutExpired:
             timed_out = True
+            if status is not None and status.child_pid is not None:
+                # Ending the sandbox's first process ends every process in it, and bubblewrap
+                # still reports the program's end (so that it is known to have started).
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(status.child_pid, signal.SIGKILL)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=5)
         _kill_session(proc.pid)  # the timeout, or children it left behind
         proc.wait()
+        deadline = time.monotonic() + OUTPUT_GRACE
         for r in readers:
-            r.join(timeout=10)
+            r.join(timeout=max(0.0, deadline - time.monotonic()))
+        held = [name for name, c in (("stdout", out), ("stderr", err)) if not c.ended]
+        for c in (out, err):
+            c.stop()
+        for r in readers:
+            r.join()
+        hidden = sorted({str(p.resolve()) for p in view.private}) if status else []
+        if status is not None and status.exit_code is None:
+            return self._never_ran(status, bytes(err.data), timed_out, hidden, jail)
         code = proc.returncode
         signum = -code if code is not None and code < 0 else None
         truncated = {
@@ -262,6 +394,10 @@ class CommandAgent:
             started_at=started,
             finished_at=time.time(),
             output_truncated=truncated,
+            output_open=held,
+            isolation=self.isolation,
+            hidden=hidden,
+            hidden_opened=[str(p) for p in decoys.opened()] if decoys else [],
         )
         reply = bytes(out.data)
         logs = {"agent.stdout": reply, "agent.stderr": bytes(err.data)}
@@ -280,6 +416,58 @@ class CommandAgent:
                 run,
             )
         return run
+
+    def _never_ran(
+        self,
+        status: _SandboxStatus,
+        stderr: bytes,
+        timed_out: bool,
+        hidden: list[str],
+        jail: NetworkJail | None,
+    ) -> RunRecord:
+        """The record of a sandbox whose program was never executed (bubblewrap reported no
+        exit code). Its stderr is then bubblewrap's or nsenter's alone, never the agent's:
+        a program that could not be executed is an agent that never started; a sandbox that
+        could not be set up is the harness's failure as well (an execution error)."""
+        said = stderr.decode("utf-8", "replace").strip()[-2000:] or "no message"
+        unexecutable = not timed_out and status.child_pid is not None
+        unexecutable = unexecutable and said.startswith("bwrap: execvp")
+        if unexecutable:
+            why = f"{self.argv[0]!r} could not be executed inside the sandbox: {said}"
+        elif timed_out:
+            why = f"the sandbox had not started the program after {self.timeout:g} s: {said}"
+        else:
+            why = f"the sandbox could not be set up: {said}"
+        inv = Invocation.not_started("command", self.name, why).model_copy(
+            update={"isolation": self.isolation, "hidden": hidden}
+        )
+        run = RunRecord(
+            inv,
+            logs={"agent.stderr": stderr},
+            network_attempts=tuple(jail.finish()) if jail else None,
+        )
+        if unexecutable:
+            return run
+        raise AgentError(f"agent {self.name!r} could not be run: {why}", run)
+
+
+def _unseen_program(exe: Path, policy: BwrapPolicy) -> str | None:
+    """Why the program at `exe` (or the interpreter its ``#!`` line names) would not be there
+    inside the sandbox, or None."""
+    candidates = [("it is at", exe)]
+    with contextlib.suppress(OSError), open(exe, "rb") as f:
+        first = f.readline(256)
+        if first.startswith(b"#!") and first[2:].split():
+            interpreter = Path(first[2:].split()[0].decode("utf-8", "replace"))
+            candidates += [("its interpreter is", interpreter)]
+    for what, path in candidates:
+        cover = hidden_by(policy, path)
+        if cover is not None:
+            return (
+                f"{what} {path}, inside {cover}, which the sandbox hides; keep agents outside "
+                "/tmp, /var/tmp, /run and the oracle's folders, or run with isolation 'none'"
+            )
+    return None
 
 
 def _kill_session(sid: int) -> None:

@@ -42,6 +42,25 @@ class Invocation(BaseModel):
         default_factory=dict,
         description="stream → bytes it wrote, for every stream cut at the capture limit",
     )
+    output_open: list[str] = Field(
+        default_factory=list,
+        description="streams still held open, when capture stopped, by processes the agent "
+        "left running (possible only without isolation): what they wrote later is not kept",
+    )
+    isolation: str | None = Field(
+        None, description="how the program was contained: 'bwrap', 'container' or 'none'"
+    )
+    hidden: list[str] = Field(
+        default_factory=list,
+        description="the oracle's folders (sandbox, templates, recorders, archives) that the "
+        "program saw as empty and read-only: reading or writing them failed inside the "
+        "sandbox, with an error only the program saw",
+    )
+    hidden_opened: list[str] = Field(
+        default_factory=list,
+        description="hidden folders the program listed (opened as folders); opening a file "
+        "by name in them, or writing, fails without a trace and is not counted here",
+    )
 
     @classmethod
     def not_started(cls, adapter: str, agent: str, why: str) -> Invocation:

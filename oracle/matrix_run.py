@@ -29,7 +29,7 @@ import multiprocessing
 import multiprocessing.util
 import os
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +71,9 @@ class MatrixAgent:
         self.env = env
 
     def run(self, view: SandboxView) -> RunRecord:
-        return self.base.run(SandboxView(view.task, view.prompt, {**view.env, **self.env}))
+        # Everything else of the view stays: the agent folder it may write, and the oracle's
+        # folders an isolated agent must not see.
+        return self.base.run(replace(view, env={**view.env, **self.env}))
 
 
 def _setting_env(matrix: Matrix, cell: Cell) -> dict[str, str]:

@@ -263,9 +263,11 @@ class Sandbox:
             self.dir = None
 
     def view(self, private: Sequence[Path] = ()) -> SandboxView:
-        """What the agent gets: the prompt and the endpoints. `private` adds folders of the
-        oracle's (an archive folder) that an isolated agent must not see."""
-        hidden = [p for p in (self.dir, self.cache_dir, *private) if p is not None]
+        """What the agent gets: the prompt and the endpoints. The oracle's folders an isolated
+        agent must not see are the sandbox folder, the template cache, every sink's private
+        folders (a recorder's log and CA key) and `private` (archive folders)."""
+        kept = [p for prov in self.provisioned.values() for p in prov.private]
+        hidden = [p for p in (self.dir, self.cache_dir, *kept, *private) if p is not None]
         return SandboxView(
             task=self.task.name,
             prompt=self.task.prompt,

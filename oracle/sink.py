@@ -116,11 +116,15 @@ class Provisioned:
     #: Unsuffixed names (``ORACLE_DB_URL``, ``ORACLE_TASK_ROOT``) given to the first sink
     #: that offers them.
     aliases: Mapping[str, str] = field(default_factory=dict)
+    #: Folders the sink keeps outside the place that an isolated agent must neither read nor
+    #: write (an egress recorder's log, configuration and CA key).
+    private: tuple[Path, ...] = ()
 
 
 @runtime_checkable
 class SinkSpec(Protocol):
-    """How a task declares a sink. `provision` must not touch anything outside `place`."""
+    """How a task declares a sink. `provision` must not touch anything outside `place` but
+    the folders it lists in `Provisioned.private`, which isolated agents never see."""
 
     name: str
     kind: str

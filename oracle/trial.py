@@ -17,7 +17,7 @@ from types import TracebackType
 
 from oracle import reach as reach_mod
 from oracle.agent import Agent, AgentError, RunRecord
-from oracle.archive import archive_files, write_archive
+from oracle.archive import archive_files, private_folders, write_archive
 from oracle.check import refusals
 from oracle.claims import parse_claims
 from oracle.control_status import controls_status
@@ -212,7 +212,7 @@ class TrialSession:
 
     def view(self) -> SandboxView:
         """What the agent gets: the prompt and the endpoints."""
-        return self.sandbox.view(private=[self.out] if self.out is not None else [])
+        return self.sandbox.view(private=private_folders(self.out) if self.out else [])
 
     def begin(self) -> bool:
         """Steps 1–3: reset, boundary, snapshot before (and arm the injection reach probe).
@@ -278,7 +278,7 @@ def _observe(sb: Sandbox) -> _Observation:
 
 def _run_agent(agent: Agent, sb: Sandbox, out: Path | None) -> tuple[RunRecord, str | None]:
     try:
-        return agent.run(sb.view(private=[out] if out is not None else [])), None
+        return agent.run(sb.view(private=private_folders(out) if out else [])), None
     except AgentError as exc:
         return exc.run, str(exc)
     except Exception as exc:  # an adapter that broke its contract: still recorded, never lost

@@ -216,3 +216,16 @@ def test_the_demo_suite_runs_its_agents_as_isolated_commands(tmp_path):
         expected = "obedient" in r["cell"]["harness"]
         assert r["security_breached"] is expected, r["cell"]
         assert r["utility_achieved"] is True, r["cell"]
+
+
+def test_container_isolation_without_an_engine_is_a_clear_error(tmp_path):
+    pytest.importorskip("docker")
+    args = ("trial", str(DEMO), "--task", "user-rename", "--agent", "cmd:true")
+    out = oracle(*args, "--isolation", "container", "--image", "alpine", "--out", str(tmp_path))
+    assert out.returncode == 2
+    assert "--isolation container: no Docker engine is reachable" in out.stdout
+    missing = oracle(*args, "--isolation", "container", "--out", str(tmp_path))
+    assert missing.returncode == 2 and "--image goes with --isolation container" in missing.stdout
+    stray = oracle(*args, "--image", "alpine", "--out", str(tmp_path))
+    assert stray.returncode == 2 and "--image goes with --isolation container" in stray.stdout
+    assert not list(tmp_path.rglob("record.json"))

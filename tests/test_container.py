@@ -47,6 +47,21 @@ def test_policy():
     )
 
 
+def test_the_oracles_folders_are_not_mounted():
+    """Only the agent folder, the prompt and the CA bundle reach the container: the sandbox
+    folder, templates, recorders and archives a bubblewrap sandbox hides are not there at all."""
+    view = SandboxView(
+        task="t",
+        prompt="p",
+        env={"ORACLE_PROMPT_FILE": "/srv/s/shared/prompt.txt"},
+        agent_dir=Path("/srv/s/agent"),
+        private=(Path("/srv/s"), Path("/srv/runs"), Path("/srv/egress")),
+    )
+    cfg = container_config(view, ["x"], image="i")
+    assert sorted(cfg["volumes"]) == ["/srv/s/agent", "/srv/s/shared/prompt.txt"]
+    assert cfg["network_mode"] == "none"
+
+
 def test_no_engine_is_a_clear_error_and_the_agent_never_started():
     pytest.importorskip("docker")
     with pytest.raises(RuntimeError, match="no Docker engine is reachable"):
@@ -103,8 +118,21 @@ def test_no_network_with_services_to_reach_is_refused():
 
 def test_run_path_with_a_fake_client():
     client = FakeDockerClient()
-    run = ContainerAgent(["agent"], image="img", client=client, network="oracle-net").run(VIEW)
-    assert client.calls[0]["cap_drop"] == ["ALL"] and client.container.removed
+    agent = ContainerAgent(
+        ["agent"], image="img", client=client, network="oracle-net", env={"KEY": "k"}
+    )
+    run = agent.run(VIEW)
+    (config,) = client.calls
+    # The engine is asked for exactly the policy: read-only root, no capabilities,
+    # no-new-privileges, memory and process limits, the named network.
+    assert config == container_config(
+        VIEW, ["agent"], image="img", env={"KEY": "k"}, network="oracle-net"
+    )
+    assert config["read_only"] is True and config["cap_drop"] == ["ALL"]
+    assert config["security_opt"] == ["no-new-privileges:true"]
+    assert config["mem_limit"] == "2g" and config["pids_limit"] == 512
+    assert config["environment"]["KEY"] == "k" and client.container.removed
+    assert run.invocation.isolation == "container"
     assert run.invocation.exit_code == 0 and run.reply == b"done\n"
     assert run.logs["agent.stderr"] == b"warn\n"
     failed = ContainerAgent(

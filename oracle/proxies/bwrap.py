@@ -3,8 +3,9 @@
 The agent sees the host's root filesystem read-only, a private ``/tmp``, and, writable, only
 the sandbox's agent folder (task roots, SQLite files). Everything the oracle keeps — the
 sandbox's own files, templates, archives, the recorder's confdir and log — is covered by an
-empty tmpfs, so the agent can neither read nor write it; single files it must read (the
-prompt, the recorder's CA certificate) are bound back read-only. It runs in its own PID, IPC
+empty, read-only folder (a watched decoy, `oracle.proxies.decoy`, or a tmpfs), so the agent
+can neither read nor write it; single files it must read (the prompt, the recorder's CA
+certificate) are bound back read-only. It runs in its own PID, IPC
 and UTS namespaces with every capability dropped, in a new session, and dies with its parent;
 when its first process exits, the kernel ends every process left in its PID namespace.
 
@@ -18,8 +19,9 @@ prepared network namespace.
 
 from __future__ import annotations
 
+import os
 import shutil
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,8 +37,10 @@ class BwrapPolicy:
     - ``writable``: folders bound read-write (the sandbox's agent folder);
     - ``readable``: files or folders bound read-only on top of hidden ones (the prompt file,
       the CA certificate);
-    - ``hidden``: folders covered by an empty tmpfs (the oracle's own files). ``/tmp``,
-      ``/var/tmp`` and ``/run`` (the host's service sockets) are always private.
+    - ``hidden``: folders covered by an empty, read-only folder (the oracle's own files): the
+      one `decoys` names for it (`oracle.proxies.decoy`), else a tmpfs. They must exist when
+      the sandbox starts (`make_hidden_folders`). ``/tmp``, ``/var/tmp`` and ``/run`` (the
+      host's service sockets) are always private.
     - ``workdir``: where the command starts.
     """
 
@@ -45,6 +49,11 @@ class BwrapPolicy:
     hidden: tuple[Path, ...] = ()
     workdir: Path | None = None
     extra: tuple[str, ...] = field(default=())
+    decoys: Mapping[Path, Path] = field(default_factory=dict)
+
+
+#: Folders every sandbox replaces with an empty, private tmpfs.
+ALWAYS_PRIVATE = (Path("/tmp"), Path("/var/tmp"), Path("/run"))
 
 
 def bwrap_path() -> str:
@@ -61,21 +70,60 @@ def _under(path: Path, folders: Sequence[Path]) -> bool:
     return any(path == f or f in path.parents for f in folders)
 
 
-def bwrap_argv(policy: BwrapPolicy, command: Sequence[str]) -> list[str]:
-    """The bubblewrap command line that runs `command` under `policy`."""
+def sealed_folders(policy: BwrapPolicy) -> list[Path]:
+    """The hidden folders that get a tmpfs of their own, outermost first: those not already
+    inside ``/tmp``, ``/var/tmp``, ``/run`` or another hidden folder."""
+    private = list(ALWAYS_PRIVATE)
+    sealed: list[Path] = []
+    for path in sorted({p.resolve() for p in policy.hidden}, key=lambda p: (len(p.parts), p)):
+        if not _under(path, private):
+            private.append(path)
+            sealed.append(path)
+    return sealed
+
+
+def make_hidden_folders(policy: BwrapPolicy) -> None:
+    """Create the hidden folders that do not exist yet (mode 0700), so that each is covered
+    from the start: a folder the oracle creates while the agent runs (the archive folder of
+    a first trial) would otherwise appear in the agent's view, readable. Raises `OSError`."""
+    for path in sealed_folders(policy):
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+
+
+def hidden_by(policy: BwrapPolicy, path: Path) -> Path | None:
+    """The folder that hides `path` inside the sandbox (``/tmp``, a hidden folder), or None
+    where the agent can see it: outside them, or bound back (readable, writable). Both the
+    path as written and where its links lead must be visible."""
+    binds = [b.resolve() for b in (*policy.readable, *policy.writable)]
+    covers = (*ALWAYS_PRIVATE, *sealed_folders(policy))
+    for p in (Path(os.path.abspath(path)), path.resolve()):
+        if not _under(p, binds):
+            cover = next((f for f in covers if _under(p, [f])), None)
+            if cover is not None:
+                return cover
+    return None
+
+
+def bwrap_argv(
+    policy: BwrapPolicy, command: Sequence[str], *, status_fd: int | None = None
+) -> list[str]:
+    """The bubblewrap command line that runs `command` under `policy`.
+
+    With `status_fd`, bubblewrap writes JSON documents to it: ``{"child-pid": …}`` once the
+    sandbox's first process exists, and ``{"exit-code": …}`` only if `command` was executed
+    (not when setting the sandbox up, or executing the program, failed)."""
     argv = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     # /run holds the host's service sockets (PostgreSQL, MariaDB, D-Bus, a Docker engine): a
     # read-only mount does not stop connect() on a socket file, so it is replaced, not kept.
-    private = [Path("/tmp"), Path("/var/tmp"), Path("/run")]
-    for path in private:
+    for path in ALWAYS_PRIVATE:
         argv += ["--tmpfs", str(path)]
-    sealed: list[Path] = []
-    for path in sorted({p.resolve() for p in policy.hidden}, key=lambda p: len(p.parts)):
-        if _under(path, private) or not path.exists():
-            continue
-        argv += ["--tmpfs", str(path)]
-        private.append(path)
-        sealed.append(path)
+    sealed = sealed_folders(policy)
+    decoys = {k.resolve(): v for k, v in policy.decoys.items()}
+    for path in sealed:
+        if path in decoys:
+            argv += ["--bind", str(decoys[path]), str(path)]
+        else:
+            argv += ["--tmpfs", str(path)]
     for path in policy.readable:
         p = path.resolve()
         if p.exists():
@@ -97,6 +145,8 @@ def bwrap_argv(policy: BwrapPolicy, command: Sequence[str]) -> list[str]:
         "--cap-drop",
         "ALL",
     ]
+    if status_fd is not None:
+        argv += ["--json-status-fd", str(status_fd)]
     if policy.workdir is not None:
         argv += ["--chdir", str(policy.workdir.resolve())]
     argv += list(policy.extra)

@@ -1,10 +1,16 @@
 """A container backend for command agents, where a Docker engine exists.
 
-The container gets no network (or a network the caller names, which should be an internal one
-whose only member besides the agent is the recorder), a read-only root filesystem, a private
-``/tmp``, every capability dropped, ``no-new-privileges``, memory and process limits, and the
-sandbox's agent folder as its one writable mount. Without an engine, `ContainerAgent.run`
-records that the agent never started, and says which engine is missing and why.
+The container gets no network, a read-only root filesystem, a private ``/tmp``, every
+capability dropped, ``no-new-privileges``, memory and process limits, and the sandbox's agent
+folder as its one writable mount (the prompt file and the CA bundle read-only); nothing else of
+the host, so none of the oracle's files. Without an engine, `ContainerAgent.run` records that
+the agent never started, and says which engine is missing and why.
+
+What is not built: a network that reaches the recorder. The oracle's services (the egress
+recorder, the SMTP sink, database servers) listen on the host's loopback, which a container
+does not share; a task that exposes any is refused unless the caller names a Docker network
+(`network=`) that it has set up to carry them — its name is passed through as is, and nothing
+checks what that network reaches.
 
 `container_config` is the whole policy as plain data, so it can be checked without an engine::
 
@@ -101,6 +107,7 @@ class ContainerAgent:
         network: str | None = None,
         memory: str = "2g",
         pids: int = 512,
+        env: Mapping[str, str] | None = None,
         client: Any = None,
     ) -> None:
         self.command = list(command)
@@ -108,6 +115,7 @@ class ContainerAgent:
         self.name = name or f"container:{image}:{' '.join(command)}"
         self.timeout = timeout
         self.network = network
+        self.env = dict(env or {})
         self.memory = memory
         self.pids = pids
         self._client = client
@@ -122,14 +130,16 @@ class ContainerAgent:
         if self.network is None and exposed_endpoints(view.env):
             why = (
                 "the task exposes services on loopback (recorder, SMTP, databases) that a "
-                "container without a network cannot reach: its attempts would go unrecorded; "
-                "give it an internal network that holds them (network=...)"
+                "container without a network cannot reach, and the oracle builds no network "
+                "that does: use bubblewrap isolation, or name a Docker network you have set "
+                "up to carry them (ContainerAgent(network=...))"
             )
             raise AgentError(why, RunRecord(failed("container", self.name, why)))
         config = container_config(
             view,
             self.command,
             image=self.image,
+            env=self.env,
             network=self.network,
             memory=self.memory,
             pids=self.pids,
@@ -155,6 +165,7 @@ class ContainerAgent:
         outcome: StepOutcome = "succeeded" if code == 0 else "failed"
         error = None if code == 0 else ("timed out" if timed_out else f"exit status {code}")
         inv = Invocation(
+            isolation="container",
             adapter="container",
             agent=self.name,
             started=True,

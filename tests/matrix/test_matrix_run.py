@@ -368,3 +368,38 @@ def test_an_interrupted_run_resumes(tmp_path: Path):
     assert f"{10 - done_before} run now, {done_before} kept from before" in out.stdout
     m = load_matrix(matrix)
     verify_run(tmp_path / "run", expected_from(m), key.public_key())
+
+
+def test_the_cells_agent_gets_the_whole_view():
+    """The matrix adds the cell's settings to the view and keeps the rest: the folder the
+    agent may write and the oracle's folders an isolated agent must not see."""
+    from oracle.agent import RunRecord
+    from oracle.invocation import Invocation
+    from oracle.matrix_run import MatrixAgent
+    from oracle.sandbox import SandboxView
+
+    seen: list[SandboxView] = []
+
+    class Base:
+        name = "base"
+
+        def run(self, view: SandboxView) -> RunRecord:
+            seen.append(view)
+            return RunRecord(Invocation(adapter="test", agent="base", started=True))
+
+    view = SandboxView(
+        task="t",
+        prompt="p",
+        env={"ORACLE_TASK_ROOT": "/s/agent/root"},
+        agent_dir=Path("/s/agent"),
+        shared_dir=Path("/s/shared"),
+        private=(Path("/s"), Path("/runs")),
+    )
+    MatrixAgent(Base(), {"ORACLE_MODEL": "m"}).run(view)
+    (got,) = seen
+    assert got.env == {"ORACLE_TASK_ROOT": "/s/agent/root", "ORACLE_MODEL": "m"}
+    assert (got.agent_dir, got.shared_dir, got.private) == (
+        view.agent_dir,
+        view.shared_dir,
+        view.private,
+    )
