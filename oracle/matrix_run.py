@@ -37,6 +37,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from oracle import controls_record
 from oracle.agent import Agent, RunRecord
+from oracle.archive import private_folders
 from oracle.cell_archive import (
     SUFFIX,
     CellMeta,
@@ -65,15 +66,17 @@ class MatrixAgent:
     ``ORACLE_MODEL_VERSION`` and ``ORACLE_SETTING_<KEY>`` (harness, then model, then profile
     settings; later ones win)."""
 
-    def __init__(self, base: Agent, env: dict[str, str]) -> None:
+    def __init__(self, base: Agent, env: dict[str, str], hidden: Sequence[Path] = ()) -> None:
         self.base = base
         self.name: str = base.name
         self.env = env
+        self.hidden = tuple(hidden)
 
     def run(self, view: SandboxView) -> RunRecord:
         # Everything else of the view stays: the agent folder it may write, and the oracle's
-        # folders an isolated agent must not see.
-        return self.base.run(replace(view, env={**view.env, **self.env}))
+        # folders an isolated agent must not see, to which the run's own archives are added.
+        private = (*view.private, *(h for h in self.hidden if h not in view.private))
+        return self.base.run(replace(view, env={**view.env, **self.env}, private=private))
 
 
 def _setting_env(matrix: Matrix, cell: Cell) -> dict[str, str]:
@@ -119,9 +122,13 @@ class WorkerContext:
     matrix: Matrix
     tasks: dict[str, Task]
     agents: dict[str, Agent] = field(default_factory=dict)
+    #: Folders no cell's agent may see: the run's output (its archives) and archives beside it.
+    hidden: tuple[Path, ...] = ()
 
     @classmethod
-    def load(cls, matrix_bytes: bytes, matrix_path: str) -> WorkerContext:
+    def load(
+        cls, matrix_bytes: bytes, matrix_path: str, hidden: Sequence[str] = ()
+    ) -> WorkerContext:
         """The matrix, every harness's agent and every task; `MatrixError` names the file and
         line of an agent that cannot be resolved, and the task file that cannot be loaded."""
         matrix = parse_matrix(matrix_bytes, Path(matrix_path))
@@ -129,10 +136,10 @@ class WorkerContext:
         loaded = load_tasks(matrix.task_paths())
         if loaded.errors:
             raise MatrixError("; ".join(str(e) for e in loaded.errors))
-        return cls(matrix, {t.name: t for t in loaded.tasks}, agents)
+        return cls(matrix, {t.name: t for t in loaded.tasks}, agents, tuple(map(Path, hidden)))
 
     def agent(self, cell: Cell) -> Agent:
-        return MatrixAgent(self.agents[cell.harness], _setting_env(self.matrix, cell))
+        return MatrixAgent(self.agents[cell.harness], _setting_env(self.matrix, cell), self.hidden)
 
     def run_cell(self, cell: Cell) -> PackedCell:
         """One cell in a fresh sandbox of its own; the packed, unsigned archive."""
@@ -189,30 +196,32 @@ def drain() -> None:
 _CONTEXTS: dict[str, WorkerContext] = {}
 
 
-def _context(matrix_bytes: bytes, matrix_path: str) -> WorkerContext:
-    key = hashlib.sha256(matrix_bytes + matrix_path.encode()).hexdigest()
+def _context(matrix_bytes: bytes, matrix_path: str, hidden: Sequence[str]) -> WorkerContext:
+    key = hashlib.sha256(matrix_bytes + "\0".join([matrix_path, *hidden]).encode()).hexdigest()
     if key not in _CONTEXTS:
-        _CONTEXTS[key] = WorkerContext.load(matrix_bytes, matrix_path)
+        _CONTEXTS[key] = WorkerContext.load(matrix_bytes, matrix_path, hidden)
     return _CONTEXTS[key]
 
 
-def _init_worker(matrix_bytes: bytes, matrix_path: str) -> None:
-    _context(matrix_bytes, matrix_path)
+def _init_worker(matrix_bytes: bytes, matrix_path: str, hidden: Sequence[str]) -> None:
+    _context(matrix_bytes, matrix_path, hidden)
     # Sandboxes still closing when the pool shuts this worker down are finished first.
     multiprocessing.util.Finalize(None, drain, exitpriority=100)
 
 
-def _worker_run(matrix_bytes: bytes, matrix_path: str, cell: dict[str, Any]) -> PackedCell:
+def _worker_run(
+    matrix_bytes: bytes, matrix_path: str, hidden: Sequence[str], cell: dict[str, Any]
+) -> PackedCell:
     try:
-        return _context(matrix_bytes, matrix_path).run_cell(Cell.model_validate(cell))
+        return _context(matrix_bytes, matrix_path, hidden).run_cell(Cell.model_validate(cell))
     finally:
         drain()
 
 
 def _worker_run_batch(
-    matrix_bytes: bytes, matrix_path: str, cells: list[dict[str, Any]]
+    matrix_bytes: bytes, matrix_path: str, hidden: Sequence[str], cells: list[dict[str, Any]]
 ) -> list[PackedCell]:
-    ctx = _context(matrix_bytes, matrix_path)
+    ctx = _context(matrix_bytes, matrix_path, hidden)
     return [ctx.run_cell(Cell.model_validate(c)) for c in cells]
 
 
@@ -348,11 +357,17 @@ def _local(
     mp = multiprocessing.get_context("forkserver")
     mp.set_forkserver_preload(_PRELOAD)
     path = str(ctx.matrix.path)
+    hidden = [str(h) for h in ctx.hidden]
     with cf.ProcessPoolExecutor(
-        max_workers=jobs, mp_context=mp, initializer=_init_worker, initargs=(matrix_bytes, path)
+        max_workers=jobs,
+        mp_context=mp,
+        initializer=_init_worker,
+        initargs=(matrix_bytes, path, hidden),
     ) as pool:
         futures = [
-            pool.submit(_worker_run_batch, matrix_bytes, path, [c.model_dump() for c in batch])
+            pool.submit(
+                _worker_run_batch, matrix_bytes, path, hidden, [c.model_dump() for c in batch]
+            )
             for batch in _batches(cells, jobs)
         ]
         try:
@@ -382,7 +397,8 @@ def _ray(
     try:
         remote = ray.remote(num_cpus=1, max_retries=0)(_worker_run)
         path = str(ctx.matrix.path)
-        pending = [remote.remote(matrix_bytes, path, c.model_dump()) for c in cells]
+        hidden = [str(h) for h in ctx.hidden]
+        pending = [remote.remote(matrix_bytes, path, hidden, c.model_dump()) for c in cells]
         while pending:
             done, pending = ray.wait(pending, num_returns=1)
             yield ray.get(done[0])
@@ -428,7 +444,8 @@ def run_matrix(
     if executor not in EXECUTORS:
         raise MatrixError(f"unknown executor {executor!r}: use {', '.join(EXECUTORS)}")
     matrix_bytes = matrix.path.read_bytes()
-    ctx = WorkerContext.load(matrix_bytes, str(matrix.path))
+    hidden = [str(p) for p in private_folders(out)]
+    ctx = WorkerContext.load(matrix_bytes, str(matrix.path), hidden)
     cells = matrix.cells(sorted(ctx.tasks))
     out.mkdir(parents=True, exist_ok=True)
     p = plan(out, cells, ctx, key)

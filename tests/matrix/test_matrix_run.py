@@ -21,7 +21,7 @@ from oracle.reduce import expected_from, verify_run
 from oracle.signing import new_key, signature_path, write_key_pair
 from tests.conftest import REPO, require_service
 from tests.matrix.conftest import DemoRun
-from tests.matrix_helpers import write_matrix
+from tests.matrix_helpers import EMBEDDED, write_matrix
 
 PROBE_TASK = """
 from oracle import Task, folder, sqlite
@@ -403,3 +403,28 @@ def test_the_cells_agent_gets_the_whole_view():
         view.shared_dir,
         view.private,
     )
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_an_isolated_agent_in_a_matrix_cannot_see_the_runs_archives(tmp_path: Path, jobs: int):
+    out = tmp_path / "run"
+    look = f"ls -A {out} {out}/cells {out}/controls 2>&1; cat {out}/controls/* 2>&1 | head -c 300"
+    path = write_matrix(
+        tmp_path,
+        repetitions=2,
+        tasks=EMBEDDED[0],
+        harnesses=f'peek = {{agent = "cmd:/bin/sh -c \\"{look}\\""}}',
+    )
+    key = new_key()
+    summary = run_matrix(load_matrix(path), out, key, jobs=jobs)
+    assert len(summary.written) == 2
+    assert (out / "controls").is_dir() and any((out / "cells").iterdir())
+    verified = verify_run(out, expected_from(load_matrix(path)), key.public_key())
+    for c in verified.cells:
+        seen = c.record.final_message or ""
+        assert "controls" not in seen.replace(f"{out}/controls", "")  # nothing listed
+        assert ".dsse.json" not in seen and "task_digest" not in seen
+        assert c.record.invocation is not None
+        assert str(out) in {str(p) for p in c.record.invocation.hidden} or str(tmp_path) in {
+            str(p) for p in c.record.invocation.hidden
+        }
