@@ -110,8 +110,12 @@ class Provisioned:
 class SinkSpec(Protocol):
     """How a task declares a sink. `provision` must not touch anything outside `place`."""
 
-    name: str
-    kind: str
+    # Read-only: a frozen dataclass declares a sink as well as a plain class does.
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def kind(self) -> str: ...
 
     def provision(self, place: Place, base_dir: Path) -> Provisioned:
         """Create the sink and its fixture in `place`. Relative paths resolve against `base_dir`
