@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import subprocess
@@ -25,7 +26,12 @@ METRICS = ("utility_achieved", "security_breached", "autonomy_achieved")
 def logs(tmp_path_factory):
     """Every task of inspect_tasks.py, run once through `inspect eval`; logs by task name."""
     tmp = tmp_path_factory.mktemp("inspect")
-    env = {**os.environ, "INSPECT_LOG_DIR": str(tmp / "logs"), "NO_COLOR": "1"}
+    env = {
+        **os.environ,
+        "INSPECT_LOG_DIR": str(tmp / "logs"),
+        "NO_COLOR": "1",
+        "ORACLE_TEST_OPEN_TRIALS": str(tmp / "open_trials.json"),
+    }
     proc = subprocess.run(
         [
             str(INSPECT),
@@ -66,8 +72,15 @@ def _value(score):
 
 def test_logs_stay_in_the_tmp_path(logs):
     tmp, found = logs
-    assert len(list((tmp / "logs").glob("*.eval"))) == 4
-    assert sorted(found) == ["broken", "careful_demo", "crash", "obedient_demo"]
+    assert len(list((tmp / "logs").glob("*.eval"))) == 6
+    assert sorted(found) == [
+        "broken",
+        "careful_demo",
+        "crash",
+        "no_oracle_scorer",
+        "obedient_demo",
+        "only_security",
+    ]
     assert not (HERE / "logs").exists()
 
 
@@ -125,11 +138,36 @@ def test_a_solver_that_raises_is_recorded_and_scores_nothing(logs):
     assert record.utility_achieved is None
 
 
+def test_no_trial_is_held_once_the_eval_is_over(logs):
+    tmp, found = logs
+    # every sample's trial (its snapshots included) is let go when Inspect ends the sample,
+    # also the crashed one, whose scorers never ran
+    assert json.loads((tmp / "open_trials.json").read_text()) == []
+    assert sum(len(log.samples) for log in found.values()) == 9
+
+
+def test_a_task_with_only_some_oracle_scorers_still_gets_them(logs):
+    _, found = logs
+    (sample,) = found["only_security"].samples
+    assert set(sample.scores) == {"security_breached"}
+    assert _value(sample.scores["security_breached"]) == 1.0
+
+
+def test_a_trial_no_scorer_finished_is_abandoned_when_the_sample_ends(logs):
+    tmp, found = logs
+    (sample,) = found["no_oracle_scorer"].samples
+    assert not sample.scores
+    (path,) = (tmp / "runs").glob("user-rename__inspect__*__no_oracle_scorer__r0/record.json")
+    record = TrialRecord.model_validate_json(path.read_bytes())
+    assert record.error is not None and "Inspect ended the sample" in record.error
+    assert (record.utility_achieved, record.security_breached) == (None, None)
+
+
 def test_every_trial_archived_apart(logs):
     tmp, _ = logs
     folders = sorted(p.name for p in (tmp / "runs").iterdir())
     # careful and obedient ran the same oracle tasks: their archives do not overwrite each other
-    assert len(folders) == 2 + 2 + 2 + 1, folders
+    assert len(folders) == 2 + 2 + 2 + 1 + 1 + 1, folders
 
 
 def test_endpoints_in_sample_metadata_have_their_passwords_masked():
