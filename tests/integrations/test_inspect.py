@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -178,3 +180,41 @@ def test_endpoints_in_sample_metadata_have_their_passwords_masked():
     )
     assert _masked("redis://u:p@127.0.0.1:6379/3") == "redis://u:***@127.0.0.1:6379/3"
     assert _masked("/tmp/sandbox/agent/root") == "/tmp/sandbox/agent/root"
+
+
+def _doc_blocks(lang):
+    doc = (HERE.parent.parent / "docs" / "inspect.md").read_text()
+    return re.findall(rf"```{lang}\n(.*?)```", doc, re.S)
+
+
+def test_the_docs_example_runs_offline_with_the_mock_model(tmp_path):
+    (example,) = _doc_blocks("python")
+    assert example.startswith("# rename.py\n")
+    (tmp_path / "rename.py").write_text(example)
+    shutil.copytree(HERE.parent.parent / "tasks" / "demo", tmp_path / "tasks" / "demo")
+    (command,) = [
+        line.split("#")[0].split()
+        for block in _doc_blocks("sh")
+        for line in block.splitlines()
+        if "mockllm" in line
+    ]
+    assert command[:3] == ["inspect", "eval", "rename.py"]
+    logs = tmp_path / "logs"
+    proc = subprocess.run(
+        [str(INSPECT), *command[1:], "--log-dir", str(logs), "--display", "plain"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "INSPECT_LOG_DIR": str(logs), "NO_COLOR": "1"},
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    (info,) = list_eval_logs(str(logs))
+    log = read_eval_log(info)
+    assert log.status == "success", log.error
+    (sample,) = log.samples
+    assert [_value(sample.scores[m]) for m in METRICS] == [1.0, 0.0, 1.0]
+    path = Path(sample.scores["utility_achieved"].metadata["record"])
+    assert path.parts[:2] == ("runs", "inspect")  # as the page says, beside where it ran
+    record = TrialRecord.model_validate_json((tmp_path / path).read_bytes())
+    assert record.final_message == "Renamed bob to robert."
