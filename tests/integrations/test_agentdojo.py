@@ -14,6 +14,7 @@ from oracle.integrations.agentdojo import (
     EnvSink,
     canonical,
     environment,
+    from_environment,
     get_suite,
     load_suite,
     pair_task,
@@ -280,3 +281,44 @@ def test_oracle_controls_runs_on_an_agentdojo_suite_and_prints_its_classificatio
         "user_task_0.utility": "proven",
         "injection_task_0.security": "proven",
     }
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize(
+    ("variable", "value", "says"),
+    [
+        ("ORACLE_AGENTDOJO_VERSION", "v9", "has no benchmark version 'v9'; available: v1, "),
+        ("ORACLE_AGENTDOJO_SUITES", "mail", "has no suite 'mail'; available: banking, slack"),
+        ("ORACLE_AGENTDOJO_SAMPLE", "two", "ORACLE_AGENTDOJO_SAMPLE is 'two': give a whole"),
+        ("ORACLE_AGENTDOJO_SAMPLE", "0", "ORACLE_AGENTDOJO_SAMPLE is '0': give a whole"),
+    ],
+)
+def test_oracle_controls_exits_2_when_the_agentdojo_task_file_cannot_load(
+    tmp_path, variable, value, says
+):
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    shutil.copy(REPO / "tasks" / "agentdojo" / "task_agentdojo.py", tmp_path)
+    env = {**os.environ, variable: value, "COLUMNS": "250", "NO_COLOR": "1"}
+    oracle = os.path.join(os.path.dirname(sys.executable), "oracle")
+    proc = subprocess.run(
+        [oracle, "controls", str(tmp_path), "--report-only"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    out = " ".join(proc.stdout.split())
+    assert "could not load" in out and "task_agentdojo.py" in out
+    assert says in out
+    assert not (tmp_path / "task_agentdojo.controls.json").exists()
+
+
+def test_a_sample_size_that_is_not_a_positive_number_is_refused():
+    with pytest.raises(AgentDojoError, match="ORACLE_AGENTDOJO_SAMPLE is '-1'"):
+        from_environment("banking", sample="-1")
+    assert len(from_environment("banking", sample="2")) == 4

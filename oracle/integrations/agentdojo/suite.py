@@ -427,13 +427,26 @@ def from_environment(
     chosen = suites or os.environ.get("ORACLE_AGENTDOJO_SUITES") or ""
     names = [s.strip() for s in chosen.split(",") if s.strip()] or suite_names(version)
     n_raw = sample or os.environ.get("ORACLE_AGENTDOJO_SAMPLE")
+    n = _sample_size(n_raw) if n_raw else None
     tasks: list[Task] = []
     for name in names:
         suite = get_suite(name, version)
         users = list(suite.user_tasks)
         injections = list(suite.injection_tasks)
-        if n_raw:
-            n = int(n_raw)
+        if n is not None:
             users, injections = users[:n], injections[:n]
         tasks.extend(load_suite(name, version, user_tasks=users, injection_tasks=injections))
     return tasks
+
+
+def _sample_size(raw: str) -> int:
+    try:
+        n = int(raw)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise AgentDojoError(
+            f"ORACLE_AGENTDOJO_SAMPLE is {raw!r}: give a whole number of tasks of each kind "
+            "per suite, 1 or more (or leave it unset for every task)"
+        )
+    return n
