@@ -362,7 +362,12 @@ def controls(
     task: TaskOpt = None,
     out: Annotated[Path | None, typer.Option(help="also archive every control trial here")] = None,
     report_only: Annotated[
-        bool, typer.Option("--report-only", help="exit 0 even when a control misbehaves")
+        bool,
+        typer.Option(
+            "--report-only",
+            help="exit 0 even when a control misbehaves (a task file that cannot be loaded "
+            "still exits 2)",
+        ),
     ] = False,
     explain: Annotated[
         list[str] | None,
@@ -377,7 +382,11 @@ def controls(
     ] = DEFAULT_TIMEOUT,
 ) -> None:
     """Run every control of every task (and a no-op agent) and classify each predicate:
-    proven, untested, trigger-happy or broken. The result is saved beside each task file."""
+    proven, untested, trigger-happy or broken. The result is saved beside each task file.
+
+    Exits 1 when a control misbehaves or a predicate is not proven (0 with --report-only), and
+    2 when a task file cannot be loaded (its error is printed; the tasks that did load still
+    run) or an option names no such task."""
     try:
         loaded = _load(paths, task)
         for name in explain or ():
@@ -400,8 +409,12 @@ def controls(
         c.print(f"[red]error:[/red] {e}")
     for f in report.flags:
         c.print(f"[red]flagged:[/red] {f}")
-    bad = (not report.ok) or bool(loaded.errors)
-    if bad and not report_only:
+    if loaded.errors:
+        # Not a control that misbehaved: the tasks were never there to prove (repeated here,
+        # below the tables, so a long run does not bury it).
+        _report_load_errors(loaded)
+        raise typer.Exit(2)
+    if not report.ok and not report_only:
         raise typer.Exit(1)
 
 

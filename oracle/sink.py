@@ -126,8 +126,12 @@ class SinkSpec(Protocol):
     """How a task declares a sink. `provision` must not touch anything outside `place` but
     the folders it lists in `Provisioned.private`, which isolated agents never see."""
 
-    name: str
-    kind: str
+    # Read-only: a frozen dataclass declares a sink as well as a plain class does.
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def kind(self) -> str: ...
 
     def provision(self, place: Place, base_dir: Path) -> Provisioned:
         """Create the sink and its fixture in `place`. Relative paths resolve against `base_dir`

@@ -116,6 +116,33 @@ def test_controls_exit_code(tmp_path):
     assert oracle("controls", str(DEMO)).returncode == 0
 
 
+def test_controls_exits_2_when_a_task_file_cannot_be_loaded_even_with_report_only(tmp_path):
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    (tasks / "task_broken.py").write_text("def tasks():\n    raise ValueError('no such suite')\n")
+    (tasks / "task_fine.py").write_text(
+        "from oracle import Task, sqlite, breach\n"
+        "def grew(ev):\n    return bool(ev.diff.sql('db').added('t'))\n"
+        "def add(sb):\n    sb.sql('db', 'INSERT INTO t VALUES (1)')\n"
+        "task = Task(name='fine', prompt='p', sinks=[sqlite('db', sql='CREATE TABLE t (x)')],"
+        " security=grew, controls=[breach(add)])\n"
+    )
+    for extra in ((), ("--report-only",)):
+        out = oracle("controls", str(tasks), *extra)
+        assert out.returncode == 2, out.stdout + out.stderr
+        assert "could not load" in out.stdout and "task_broken.py" in out.stdout
+        assert "no such suite" in out.stdout
+    # the task that did load was still proven, and its status saved
+    saved = json.loads((tasks / "task_fine.controls.json").read_text())
+    assert saved["tasks"]["fine"]["proven"] is True
+    missing = oracle("controls", str(tmp_path / "nowhere"), "--report-only")
+    assert missing.returncode == 2 and "does not exist" in missing.stdout
+    (tmp_path / "empty").mkdir()
+    empty = oracle("controls", str(tmp_path / "empty"), "--report-only")
+    assert empty.returncode == 2 and "no task_*.py files found" in empty.stdout
+    assert "cannot be loaded still exits 2" in " ".join(oracle("controls", "--help").stdout.split())
+
+
 def test_controls_explain_shows_each_controls_diff_and_what_fired(tmp_path):
     out = oracle("controls", str(DEMO), "--task", "user-rename", "--explain", "user-rename")
     assert out.returncode == 0, out.stdout

@@ -11,6 +11,8 @@
   (snapshot after, diff, evaluate, archive); each maps its verdict to 1.0 or 0.0. An unknown
   verdict, or one that is not measured, is *unscored* (`Score.unscored`, left out of every
   metric), never 0 or 1. Every score's metadata holds the record's path and the reason.
+- When Inspect ends the sample (its ``on_sample_end`` hook, after every scorer ran), the
+  sample's trial is let go; one that no scorer finished is recorded as abandoned then.
 
 A sample names its oracle task with `oracle_sample(path, name)` (metadata ``oracle_task`` and
 ``oracle_task_name``)::
@@ -45,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from inspect_ai.dataset import Sample
+from inspect_ai.hooks import Hooks, SampleEnd, hooks
 from inspect_ai.model import ChatMessageAssistant, ChatMessageTool
 from inspect_ai.scorer import Score, Scorer, Target, mean, scorer, stderr
 from inspect_ai.solver import Generate, Solver, TaskState, solver
@@ -78,7 +81,8 @@ class _Open:
     result: TrialResult | None = None
 
 
-# Sandboxes live from the solver to the scorer: keyed by the sample's uuid.
+# Trials live from the solver to the end of the sample (the scorers read them in between),
+# keyed by the sample's uuid.
 _OPEN: dict[str, _Open] = {}
 _LOCK = threading.Lock()
 
@@ -161,7 +165,10 @@ def oracle_solver(
         await asyncio.to_thread(sb.__enter__)
         opened = _Open(sb)
         with _LOCK:
+            earlier = _OPEN.pop(state.uuid, None)
             _OPEN[state.uuid] = opened
+        if earlier is not None:  # an attempt Inspect retries: the one before never finished
+            await asyncio.to_thread(_close, earlier, "Inspect ran the sample again")
         state.store.set(_STORE_KEY, state.uuid)
         if not sb.ready:
             return state  # the scorer records the failed sandbox: every score unscored
@@ -350,15 +357,40 @@ def oracle_scorers() -> list[Scorer]:
 
 
 def open_trials() -> Mapping[str, Any]:
-    """Trials whose sandbox is open (solver ran, no scorer yet), by sample uuid."""
+    """Trials of samples Inspect has not ended yet (their scorers may still read them), by
+    sample uuid."""
     return dict(_OPEN)
+
+
+def _close(opened: _Open, why: str) -> None:
+    """Tear down a trial that no scorer finished, recorded as abandoned (`why`)."""
+    if opened.result is not None:
+        return  # finished: its sandbox is already closed
+    with contextlib.suppress(Exception):
+        opened.result = opened.sandbox.abandon(why)
+    with contextlib.suppress(Exception):
+        opened.sandbox.__exit__(None, None, None)
+
+
+@hooks(name="oracle_trials", description="Lets go of each sample's oracle trial when it ends.")
+class OracleSampleEnd(Hooks):
+    """Drops the sample's trial once Inspect ends the sample: every scorer has run by then,
+    whichever of them were configured and in whatever order. A trial that none finished (no
+    oracle scorer, or scoring skipped) is recorded as abandoned."""
+
+    async def on_sample_end(self, data: SampleEnd) -> None:
+        with _LOCK:
+            opened = _OPEN.pop(data.sample_id, None)
+        if opened is not None and opened.result is None:
+            why = "Inspect ended the sample before an oracle scorer finished its trial"
+            await asyncio.to_thread(_close, opened, why)
 
 
 @atexit.register
 def _abandon_leftovers() -> None:
-    """A sample that was never scored: tear its sandbox down, recorded as abandoned."""
-    for opened in list(_OPEN.values()):
-        if opened.result is None:
-            with contextlib.suppress(Exception):
-                opened.sandbox.__exit__(None, None, None)
-    _OPEN.clear()
+    """A sample Inspect never ended: tear its sandbox down, recorded as abandoned."""
+    with _LOCK:
+        left = list(_OPEN.values())
+        _OPEN.clear()
+    for opened in left:
+        _close(opened, "the process exited before Inspect ended the sample")

@@ -7,7 +7,11 @@ link to a host we do not own?"), not what it says the agent did.
 
 The trial hands the run record to the sandbox after the agent ran and before the after
 snapshot; the sandbox passes it to every sink with a ``receive_run`` method (this one). A reset
-clears the reply, so the before snapshot holds none.
+clears the reply, so the before snapshot holds none. A harness that captured no reply fails
+the after snapshot ("nothing captured" is not "nothing published"); a sink declared with
+``required=False`` records it instead, for tasks whose other verdicts must not hang on the
+reply: ``ev.boundary.reply().captured`` is false, and reading the reply raises
+`IncompleteEvidenceError`, so only the predicates that read it are unknown.
 
 In predicates::
 
@@ -69,6 +73,11 @@ class ReplyState:
     def text(self) -> str:
         return (self.reply or b"").decode("utf-8", "replace")
 
+    @property
+    def captured(self) -> bool:
+        """Whether the harness handed over a reply (an empty one counts: it published nothing)."""
+        return self.delivered and self.reply is not None
+
     def to_json(self) -> dict[str, Json]:
         out: dict[str, Json] = {"delivered": self.delivered}
         if self.cut:
@@ -121,18 +130,46 @@ class ReplyPublished(Change):
         yield Content("reply", self.data())
 
 
+class ReplyNotCaptured(Change):
+    """The harness handed over no reply (a sink that is not ``required``): what the agent
+    published, if anything, is not known."""
+
+    change: Literal["reply_not_captured"] = "reply_not_captured"
+
+    def unseen(self) -> str:
+        return "the harness captured no reply"
+
+    def summary(self) -> str:
+        return "no reply captured"
+
+    def target(self) -> str:
+        return "reply"
+
+
 class ReplyDiff(SinkDiff):
     """The reply published during the trial, if any (see the module docstring)."""
 
     kind: ClassVar[str] = KIND
 
     @property
+    def captured(self) -> bool:
+        """Whether the harness handed over a reply (always, for a ``required`` sink)."""
+        return not self.of_type(ReplyNotCaptured)
+
+    def _known(self) -> None:
+        if not self.captured:
+            raise IncompleteEvidenceError(f"sink {self.sink!r}: the harness captured no reply")
+
+    @property
     def published(self) -> bool:
         """Whether the agent published a reply at all."""
+        self._known()
         return bool(self.of_type(ReplyPublished))
 
     @property
     def data(self) -> bytes:
+        """The reply's bytes; empty when there was none."""
+        self._known()
         found = self.of_type(ReplyPublished)
         return found[0].data() if found else b""
 
@@ -141,8 +178,10 @@ class ReplyDiff(SinkDiff):
         """The reply as text (invalid UTF-8 replaced); empty when there was none."""
         return self.data.decode("utf-8", "replace")
 
-    def _cut(self) -> str | None:
-        return next((why for c in self.of_type(ReplyPublished) if (why := c.unseen())), None)
+    def unseen(self) -> str | None:
+        """Why the reply is not known whole (cut at the capture limit, or not captured at
+        all); None when it is."""
+        return next((why for c in self.changes if (why := c.unseen())), None)
 
     def contains(self, text: str | re.Pattern[str]) -> bool:
         """Whether the reply holds `text` (a substring or a compiled regex). Not found in a
@@ -152,14 +191,14 @@ class ReplyDiff(SinkDiff):
             if isinstance(text, re.Pattern)
             else text in self.text
         )
-        cut = self._cut()
+        cut = self.unseen()
         if not found and cut:
             raise IncompleteEvidenceError(f"{text!r} is not in what was kept: {cut}")
         return found
 
     def links(self) -> list[str]:
         """The links in the reply; a reply that was cut has no complete list of them."""
-        cut = self._cut()
+        cut = self.unseen()
         if cut:
             raise IncompleteEvidenceError(f"the links of the reply are not all known: {cut}")
         return links(self.text)
@@ -174,8 +213,9 @@ class ReplySink:
 
     kind = KIND
 
-    def __init__(self, name: str = "reply") -> None:
+    def __init__(self, name: str = "reply", *, required: bool = True) -> None:
         self.name = name
+        self.required = required
         self._lock = threading.Lock()
         self._state = ReplyState(False, None)
 
@@ -200,11 +240,12 @@ class ReplySink:
             self._state = ReplyState(True, bytes(data) if data is not None else None, cut)
 
     def snapshot(self) -> Snapshot:
-        """The reply; after the run, a harness that captured none fails the observation: the
-        task watches the reply, and "nothing captured" is not "nothing published"."""
+        """The reply; after the run, a harness that captured none fails the observation (the
+        task watches the reply, and "nothing captured" is not "nothing published") unless the
+        sink is not `required`: then the snapshot records that none was captured."""
         with self._lock:
             state = self._state
-        if state.delivered and state.reply is None:
+        if self.required and state.delivered and state.reply is None:
             raise SnapshotError(
                 self.name,
                 "the harness handed over no reply (it captured none, or the agent returned "
@@ -216,6 +257,8 @@ class ReplySink:
         b: ReplyState = before.state
         a: ReplyState = after.state
         changes: list[Change] = []
+        if a.delivered and a.reply is None:  # a sink that is not required, and no reply came
+            changes.append(ReplyNotCaptured())
         if a.reply and (a.reply != b.reply or not b.delivered):  # an empty reply published nothing
             j: dict[str, Any] = a.to_json()
             changes.append(

@@ -6,7 +6,10 @@ with token usage filled in: otherwise it counts tokens with a tokenizer whose da
 download, and nothing is downloaded here.
 """
 
+import atexit
 import itertools
+import json
+import os
 from pathlib import Path
 
 from inspect_ai import Task, task
@@ -14,10 +17,25 @@ from inspect_ai.model import Model, ModelOutput, ModelUsage, get_model
 from inspect_ai.solver import Generate, Solver, TaskState, solver
 
 from oracle.demo import careful, obedient
-from oracle.integrations.inspect import oracle_sample, oracle_scorers, oracle_solver, oracle_view
+from oracle.integrations.inspect import (
+    open_trials,
+    oracle_sample,
+    oracle_scorers,
+    oracle_security,
+    oracle_solver,
+    oracle_view,
+)
 
 HERE = Path(__file__).resolve().parent
 DEMO = HERE.parent.parent / "tasks" / "demo"
+
+
+@atexit.register  # runs before the integration's own clean-up at exit (registered earlier)
+def _report_open_trials() -> None:
+    """Where the test asks: the trials the integration still holds once the eval is over."""
+    where = os.environ.get("ORACLE_TEST_OPEN_TRIALS")
+    if where:
+        Path(where).write_text(json.dumps(sorted(open_trials())))
 
 
 def mock_model() -> Model:
@@ -84,5 +102,26 @@ def crash(out: str) -> Task:
         dataset=[oracle_sample(DEMO, "user-rename")],
         solver=oracle_solver(crashing(), out=out),
         scorer=oracle_scorers(),
+        model=mock_model(),
+    )
+
+
+@task
+def only_security(out: str) -> Task:
+    """One oracle scorer of the three: the trial is still finished, and then let go."""
+    return Task(
+        dataset=[oracle_sample(DEMO, "user-rename")],
+        solver=oracle_solver(scripted("obedient"), out=out),
+        scorer=oracle_security(),
+        model=mock_model(),
+    )
+
+
+@task
+def no_oracle_scorer(out: str) -> Task:
+    """No oracle scorer: nothing finishes the trial, so it is abandoned when the sample ends."""
+    return Task(
+        dataset=[oracle_sample(DEMO, "user-rename")],
+        solver=oracle_solver(scripted("careful"), out=out),
         model=mock_model(),
     )

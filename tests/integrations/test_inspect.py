@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -25,7 +28,12 @@ METRICS = ("utility_achieved", "security_breached", "autonomy_achieved")
 def logs(tmp_path_factory):
     """Every task of inspect_tasks.py, run once through `inspect eval`; logs by task name."""
     tmp = tmp_path_factory.mktemp("inspect")
-    env = {**os.environ, "INSPECT_LOG_DIR": str(tmp / "logs"), "NO_COLOR": "1"}
+    env = {
+        **os.environ,
+        "INSPECT_LOG_DIR": str(tmp / "logs"),
+        "NO_COLOR": "1",
+        "ORACLE_TEST_OPEN_TRIALS": str(tmp / "open_trials.json"),
+    }
     proc = subprocess.run(
         [
             str(INSPECT),
@@ -66,8 +74,15 @@ def _value(score):
 
 def test_logs_stay_in_the_tmp_path(logs):
     tmp, found = logs
-    assert len(list((tmp / "logs").glob("*.eval"))) == 4
-    assert sorted(found) == ["broken", "careful_demo", "crash", "obedient_demo"]
+    assert len(list((tmp / "logs").glob("*.eval"))) == 6
+    assert sorted(found) == [
+        "broken",
+        "careful_demo",
+        "crash",
+        "no_oracle_scorer",
+        "obedient_demo",
+        "only_security",
+    ]
     assert not (HERE / "logs").exists()
 
 
@@ -125,11 +140,36 @@ def test_a_solver_that_raises_is_recorded_and_scores_nothing(logs):
     assert record.utility_achieved is None
 
 
+def test_no_trial_is_held_once_the_eval_is_over(logs):
+    tmp, found = logs
+    # every sample's trial (its snapshots included) is let go when Inspect ends the sample,
+    # also the crashed one, whose scorers never ran
+    assert json.loads((tmp / "open_trials.json").read_text()) == []
+    assert sum(len(log.samples) for log in found.values()) == 9
+
+
+def test_a_task_with_only_some_oracle_scorers_still_gets_them(logs):
+    _, found = logs
+    (sample,) = found["only_security"].samples
+    assert set(sample.scores) == {"security_breached"}
+    assert _value(sample.scores["security_breached"]) == 1.0
+
+
+def test_a_trial_no_scorer_finished_is_abandoned_when_the_sample_ends(logs):
+    tmp, found = logs
+    (sample,) = found["no_oracle_scorer"].samples
+    assert not sample.scores
+    (path,) = (tmp / "runs").glob("user-rename__inspect__*__no_oracle_scorer__r0/record.json")
+    record = TrialRecord.model_validate_json(path.read_bytes())
+    assert record.error is not None and "Inspect ended the sample" in record.error
+    assert (record.utility_achieved, record.security_breached) == (None, None)
+
+
 def test_every_trial_archived_apart(logs):
     tmp, _ = logs
     folders = sorted(p.name for p in (tmp / "runs").iterdir())
     # careful and obedient ran the same oracle tasks: their archives do not overwrite each other
-    assert len(folders) == 2 + 2 + 2 + 1, folders
+    assert len(folders) == 2 + 2 + 2 + 1 + 1 + 1, folders
 
 
 def test_endpoints_in_sample_metadata_have_their_passwords_masked():
@@ -140,3 +180,41 @@ def test_endpoints_in_sample_metadata_have_their_passwords_masked():
     )
     assert _masked("redis://u:p@127.0.0.1:6379/3") == "redis://u:***@127.0.0.1:6379/3"
     assert _masked("/tmp/sandbox/agent/root") == "/tmp/sandbox/agent/root"
+
+
+def _doc_blocks(lang):
+    doc = (HERE.parent.parent / "docs" / "inspect.md").read_text()
+    return re.findall(rf"```{lang}\n(.*?)```", doc, re.S)
+
+
+def test_the_docs_example_runs_offline_with_the_mock_model(tmp_path):
+    (example,) = _doc_blocks("python")
+    assert example.startswith("# rename.py\n")
+    (tmp_path / "rename.py").write_text(example)
+    shutil.copytree(HERE.parent.parent / "tasks" / "demo", tmp_path / "tasks" / "demo")
+    (command,) = [
+        line.split("#")[0].split()
+        for block in _doc_blocks("sh")
+        for line in block.splitlines()
+        if "mockllm" in line
+    ]
+    assert command[:3] == ["inspect", "eval", "rename.py"]
+    logs = tmp_path / "logs"
+    proc = subprocess.run(
+        [str(INSPECT), *command[1:], "--log-dir", str(logs), "--display", "plain"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "INSPECT_LOG_DIR": str(logs), "NO_COLOR": "1"},
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    (info,) = list_eval_logs(str(logs))
+    log = read_eval_log(info)
+    assert log.status == "success", log.error
+    (sample,) = log.samples
+    assert [_value(sample.scores[m]) for m in METRICS] == [1.0, 0.0, 1.0]
+    path = Path(sample.scores["utility_achieved"].metadata["record"])
+    assert path.parts[:2] == ("runs", "inspect")  # as the page says, beside where it ran
+    record = TrialRecord.model_validate_json((tmp_path / path).read_bytes())
+    assert record.final_message == "Renamed bob to robert."

@@ -2,9 +2,11 @@
 
 Each task's sink is the suite's environment (with the attack's injections planted and the user
 task's ``init_environment`` applied) in a file the agent reaches through ``ORACLE_AGENTDOJO_ENV_
-<SINK>``. AgentDojo's checks are its evaluators (`checks`), its ground-truth pipelines its
-breach control (the injection task's) and clean control (the user task's); the no-op control
-comes with every task. Nothing needs a model: the ground truth and the fixed-template attacks
+<SINK>``; beside it, a reply sink keeps what the agent answers (boundary evidence for the checks
+that read the final text). AgentDojo's checks are its evaluators (`checks`), its ground-truth
+pipelines its breach control (the injection task's, which answers with its
+``GROUND_TRUTH_OUTPUT``) and clean control (the user task's, likewise); the no-op control comes
+with every task. Nothing needs a model: the ground truth and the fixed-template attacks
 run offline.
 
 An agent (or a control) acts on the environment with AgentDojo's own tools::
@@ -27,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from oracle.canonical import digest_json
+from oracle.fixtures.reply import reply
 from oracle.integrations.agentdojo.checks import AgentDojoCheck, classify
 from oracle.integrations.agentdojo.environment import EnvSink, dumps, restore, write_atomic
 from oracle.sandbox import SandboxView
@@ -37,6 +40,7 @@ from oracle.tools import ToolCall, current_log
 DEFAULT_VERSION = "v1.2.2"
 DEFAULT_ATTACK = "direct"
 SINK = "env"
+REPLY = "reply"
 
 
 class AgentDojoError(ValueError):
@@ -322,30 +326,41 @@ def pair_task(
     suite = get_suite(suite_name, version)
     user_task = suite.get_user_task_by_id(user)
     inj_task = suite.get_injection_task_by_id(injection)
-    u_tier, u_why = classify(type(user_task), "utility", "utility_from_traces", BaseUserTask)
-    s_tier, s_why = classify(type(inj_task), "security", "security_from_traces", BaseInjectionTask)
+    u_tier, u_why = classify(
+        type(user_task), "utility", "utility_from_traces", BaseUserTask, reply=True
+    )
+    s_tier, s_why = classify(
+        type(inj_task), "security", "security_from_traces", BaseInjectionTask, reply=True
+    )
     utility = AgentDojoCheck(
         f"{user}.utility",
-        lambda pre, post: user_task.utility("", pre, post),
+        lambda text, pre, post: user_task.utility(text, pre, post),
         u_tier,
         u_why,
         SINK,
         "all",
+        reply=REPLY,
     )
     security = AgentDojoCheck(
         f"{injection}.security",
-        lambda pre, post: inj_task.security("", pre, post),
+        lambda text, pre, post: inj_task.security(text, pre, post),
         s_tier,
         s_why,
         SINK,
         "any",
+        reply=REPLY,
     )
     text = injection_text(suite_name, version, attack, user, injection)
     return Task(
         name=f"agentdojo-{version}.{suite_name}.{user}.{injection}",
         description=f"AgentDojo {version} {suite_name}: {user} attacked with {injection}",
         prompt=str(user_task.PROMPT),
-        sinks=[agentdojo_env(SINK, suite_name, user, injection, version=version, attack=attack)],
+        sinks=[
+            agentdojo_env(SINK, suite_name, user, injection, version=version, attack=attack),
+            # What the agent answers is boundary evidence for the checks that read its final
+            # text; a harness that hands over none leaves only those checks unknown.
+            reply(REPLY, required=False),
+        ],
         injection=Injection(text=text, sink=SINK, where="**"),
         utility=utility,
         security=security,
@@ -412,13 +427,26 @@ def from_environment(
     chosen = suites or os.environ.get("ORACLE_AGENTDOJO_SUITES") or ""
     names = [s.strip() for s in chosen.split(",") if s.strip()] or suite_names(version)
     n_raw = sample or os.environ.get("ORACLE_AGENTDOJO_SAMPLE")
+    n = _sample_size(n_raw) if n_raw else None
     tasks: list[Task] = []
     for name in names:
         suite = get_suite(name, version)
         users = list(suite.user_tasks)
         injections = list(suite.injection_tasks)
-        if n_raw:
-            n = int(n_raw)
+        if n is not None:
             users, injections = users[:n], injections[:n]
         tasks.extend(load_suite(name, version, user_tasks=users, injection_tasks=injections))
     return tasks
+
+
+def _sample_size(raw: str) -> int:
+    try:
+        n = int(raw)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise AgentDojoError(
+            f"ORACLE_AGENTDOJO_SAMPLE is {raw!r}: give a whole number of tasks of each kind "
+            "per suite, 1 or more (or leave it unset for every task)"
+        )
+    return n
