@@ -5,22 +5,42 @@ A row's hash is MD5 over the seed and every column's ``QUOTE()`` text, joined wi
 literal (a decimal with its scale, a blob byte for byte), so distinct rows give distinct texts.
 The first 64 bits of the MD5 are summed per chunk as an exact DECIMAL.
 
+Two kinds of column are hashed through another text, the one they are read by:
+
+- ``FLOAT`` and ``DOUBLE``: ``QUOTE`` writes a ``FLOAT`` with six digits (16777215 as
+  16777200) and a negative zero as ``0``. They are cast to ``DOUBLE``, whose text MariaDB
+  writes with every digit needed to read the same double back, and a negative zero is
+  written ``-0``. A ``FLOAT`` is then read as the shortest decimal that is the same single-
+  precision value (19.99, not 19.989999771118164), as PostgreSQL writes a ``real``.
+- JSON (text checked by ``json_valid``): hashed as ``JSON_COMPACT`` text, so a value written
+  again with other spacing is no change; it is read parsed, so JSON values compare as
+  structures across backends.
+
 Values: ``TIMESTAMP`` columns (instants stored in UTC) are read in UTC and carry the zone;
-``DATETIME`` stays without one. JSON columns (MariaDB keeps them as text checked by
-``json_valid``) are parsed, so JSON values compare as structures across backends.
+``DATETIME`` stays without one.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import functools
+import math
 import re
+import struct
 from collections.abc import Sequence
+from fractions import Fraction
 from typing import Any
 
 from oracle.sinks.sql_server import Column, Cursor, parse_json
 from oracle.sinks.sql_state import ColumnInfo, SchemaObject
 
 _INTEGER = {"tinyint", "smallint", "mediumint", "int", "integer", "bigint"}
+_FLOATS = {"float", "double"}
+_SINGLE_MIN_NORMAL = 2.0**-126
+_F32, _U32 = struct.Struct("<f"), struct.Struct("<I")
+_INFINITIES = (math.inf, -math.inf)
+_SHORT = tuple(f"%.{n}g" for n in (6, 7, 8, 9))
+_SHORT_SUBNORMAL = tuple(f"%.{n}g" for n in range(1, 10))
 _JSON_CHECK = re.compile(r"json_valid\(`((?:[^`]|``)+)`\)", re.IGNORECASE)
 
 
@@ -32,6 +52,49 @@ def _utc(value: Any) -> Any:
     if isinstance(value, dt.datetime) and value.tzinfo is None:
         return value.replace(tzinfo=dt.UTC)
     return value
+
+
+def _exact_float(q: str) -> str:
+    """A ``FLOAT``/``DOUBLE`` column's exact text: the double's round-trip digits, ``-0`` for
+    a negative zero (``ATAN2`` tells it apart: it compares equal to 0), SQL NULL as NULL."""
+    return f"IF({q} = 0 AND ATAN2({q}, -1) < 0, '-0', CAST({q} AS DOUBLE))"
+
+
+def _double(value: Any) -> Any:
+    return None if value is None else float(value)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _single(value: Any) -> Any:
+    """A ``FLOAT`` (single precision, read as its exact double) as the shortest decimal of
+    that value, the form PostgreSQL gives a ``real``: 19.989999771118164 reads as 19.99. Of
+    the decimals of the shortest length that lie strictly inside the interval of reals that
+    round to it, the nearest (as PostgreSQL's shortest form picks)."""
+    if value is None:
+        return None
+    x = float(value)
+    if x == 0:
+        return x
+    bits = _U32.unpack(_F32.pack(x))[0]
+    # Neighbours in magnitude (the sign bit stays); a single's midpoints are exact doubles.
+    below = _F32.unpack(_U32.pack(bits - 1))[0]
+    above = _F32.unpack(_U32.pack(bits + 1))[0]
+    if above in _INFINITIES:  # past the largest single: the gap below, mirrored
+        above = x + (x - below)
+    low, high = (x + below) / 2, (x + above) / 2
+    if low > high:
+        low, high = high, low
+    # When six significant digits name the value, rounding it to six digits gives the
+    # shortest such decimal (a float's rounding error is far below the sixth digit); past
+    # that, the first length that does is the shortest. Subnormals hold fewer digits.
+    for fmt in _SHORT_SUBNORMAL if abs(x) < _SINGLE_MIN_NORMAL else _SHORT:
+        text = fmt % x
+        y = float(text)
+        if low < y < high:
+            return y
+        if y in (low, high) and low < Fraction(text) < high:
+            return y
+    return x
 
 
 def _hash64(parts: Sequence[str], seed: int) -> str:
@@ -95,10 +158,18 @@ class MariaDialect:
             base = str(data_type).lower()
             is_json = name in json_cols or base == "json"
             decode: Any = None
+            hash_expr, select = f"IFNULL(QUOTE({q}), 'NULL')", q
             if is_json:
                 decode = parse_json
+                if name in json_cols:  # MariaDB's JSON is text: spacing is not the value
+                    hash_expr = f"IFNULL(QUOTE(JSON_COMPACT({q})), 'NULL')"
             elif base == "timestamp":
                 decode = _utc
+            elif base in _FLOATS:
+                # A number's text holds no comma or quote and is never the word NULL.
+                select = _exact_float(q)
+                hash_expr = f"IFNULL({select}, 'NULL')"
+                decode = _single if base == "float" else _double
             out.append(
                 Column(
                     info=ColumnInfo(
@@ -108,8 +179,8 @@ class MariaDialect:
                         default=None if default is None else str(default),
                         is_json=is_json,
                     ),
-                    hash_expr=f"IFNULL(QUOTE({q}), 'NULL')",
-                    select_expr=q,
+                    hash_expr=hash_expr,
+                    select_expr=select,
                     decode=decode,
                     integer=base in _INTEGER,
                 )

@@ -13,7 +13,7 @@ Why this is sound:
 - the row hash covers every column's exact stored value (the binary ``send`` form on
   PostgreSQL for types whose hash would fold distinct values together: 64-bit integers,
   timestamps, floats, numerics with their scale, JSON, arrays, enums by label; a quoted text
-  form on MariaDB), so any change to a row changes its hash;
+  form on MariaDB, with every digit of a float), so any change to a row changes its hash;
 - each value is read in the form it is hashed in, so a changed hash is a changed value; where
   a reading would still fold two stored values together, the diff finds a chunk whose digest
   moved with no row that reads differently, and fails instead of reporting nothing;

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
 import time
 
 import pytest
 
+from oracle.diff import IncompleteEvidenceError
 from oracle.sinks.sql import SqlSink
 from oracle.snapshot import SnapshotError
 
@@ -124,3 +126,76 @@ def test_a_server_that_goes_away_fails_the_snapshot(maria):
     maria.run(db, f"DROP DATABASE `{db}`")
     with pytest.raises(SnapshotError, match="Unknown database"):
         s.snapshot()
+
+
+FLOATS = """
+CREATE TABLE g (id int PRIMARY KEY, r float, price float, d double, fixed float(10, 4));
+INSERT INTO g VALUES (1, 16777215, 19.99, 0.1, 1.5), (2, 3.4028234e38, 0, 1e300, 0),
+                     (3, 1.17549435e-38, -2.5e-7, NULL, NULL);
+"""
+
+
+def test_floats_read_exactly_and_their_changes_are_seen(maria):
+    """QUOTE() writes a FLOAT with six digits (16777215 as 16777200): a change in the digits
+    past the sixth moved neither the digest nor the value read."""
+    db = maria.database(FLOATS)
+    s = sink(maria, db)
+    before = s.snapshot()
+    one, two, three = before.state.rows("g")
+    assert one == {"id": 1, "r": 16777215.0, "price": 19.99, "d": 0.1, "fixed": 1.5}
+    assert two["r"] == 3.4028235e38 and two["d"] == 1e300  # a FLOAT's shortest form
+    assert three == {"id": 3, "r": 1.1754944e-38, "price": -2.5e-07, "d": None, "fixed": None}
+    maria.run(
+        db,
+        "UPDATE g SET r = 16777214, price = 19.990001 WHERE id = 1;"
+        "UPDATE g SET price = -1e-50 WHERE id = 2",  # underflows to a negative zero
+    )
+    after = s.snapshot()
+    assert after.digest != before.digest
+    d = s.diff(before, after)
+    fields = {c.key[0]: {k: (f.old, f.new) for k, f in c.fields.items()} for c in d.changed("g")}
+    assert fields == {
+        1: {"r": (16777215.0, 16777214.0), "price": (19.99, 19.990002)},
+        2: {"price": (0.0, -0.0)},
+    }
+    assert math.copysign(1, after.state.rows("g", id=2)[0]["price"]) == -1
+
+
+def test_float_values_read_as_postgresql_reads_them(maria, pg):
+    """One value, one form: a FLOAT reads as PostgreSQL reads the same ``real``, a DOUBLE as
+    the same ``double precision``."""
+    values = [16777215, 19.99, 19.990001, 0.1, 1 / 3, 123456.789, 3.4028234e38, 1e-40, -2.5e-7]
+    rows = ", ".join(f"({i}, {v!r}, {v!r})" for i, v in enumerate(values))
+    my = maria.database(
+        f"CREATE TABLE f (id int PRIMARY KEY, s float, w double); INSERT INTO f VALUES {rows};"
+    )
+    pgdb = pg.database(
+        f"CREATE TABLE f (id int PRIMARY KEY, s real, w float8); INSERT INTO f VALUES {rows};"
+    )
+    mine = SqlSink("app", maria.url(my)).snapshot().state.rows("f")
+    theirs = SqlSink("app", pg.url(pgdb)).snapshot().state.rows("f")
+    assert mine == theirs
+
+
+def test_json_spacing_is_no_change_and_a_lost_change_fails_the_diff(maria):
+    db = maria.database(
+        """CREATE TABLE doc (id int PRIMARY KEY, j json);
+        INSERT INTO doc VALUES (1, '{"a": 1, "b": [1, 2]}'), (2, '{"k": 1, "k": 2}');"""
+    )
+    s = sink(maria, db)
+    before = s.snapshot()
+    maria.run(db, """UPDATE doc SET j = '{ "a" :1,"b":[ 1,2 ] }' WHERE id = 1""")
+    after = s.snapshot()
+    assert after.digest == before.digest and s.diff(before, after).empty
+    maria.run(db, """UPDATE doc SET j = '{"a": 1.0, "b": [1, 2]}' WHERE id = 1""")
+    (c,) = s.diff(before, s.snapshot()).changed("doc")
+    assert c.fields["j"].new == {"a": 1.0, "b": [1, 2]} and isinstance(
+        c.fields["j"].new["a"], float
+    )
+    # MariaDB keeps a repeated key; the parsed structure keeps its last value, so dropping the
+    # first one changes the stored text but nothing that is read: the diff says it cannot tell.
+    before = s.snapshot()
+    maria.run(db, """UPDATE doc SET j = '{"k": 2}' WHERE id = 2""")
+    after = s.snapshot()
+    with pytest.raises(IncompleteEvidenceError, match=r"table 'doc'.*read the same"):
+        s.diff(before, after)
