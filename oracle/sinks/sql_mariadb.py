@@ -18,6 +18,10 @@ Two kinds of column are hashed through another text, the one they are read by:
 
 Values: ``TIMESTAMP`` columns (instants stored in UTC) are read in UTC and carry the zone;
 ``DATETIME`` stays without one.
+
+An account sees in ``information_schema`` only the tables it holds a privilege on: a table it
+may not read would be silently left out. So a snapshot of every table first asks the server
+whether the account may read any table of the database, and fails naming it if not.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import datetime as dt
 import functools
 import math
 import re
+import secrets
 import struct
 from collections.abc import Sequence
 from fractions import Fraction
@@ -41,6 +46,9 @@ _F32, _U32 = struct.Struct("<f"), struct.Struct("<I")
 _INFINITIES = (math.inf, -math.inf)
 _SHORT = tuple(f"%.{n}g" for n in (6, 7, 8, 9))
 _SHORT_SUBNORMAL = tuple(f"%.{n}g" for n in range(1, 10))
+#: MariaDB's error codes: a table that does not exist; a command the account may not run.
+_NO_SUCH_TABLE = 1146
+_DENIED = {1142, 1143, 1044}
 _JSON_CHECK = re.compile(r"json_valid\(`((?:[^`]|``)+)`\)", re.IGNORECASE)
 
 
@@ -97,6 +105,13 @@ def _single(value: Any) -> Any:
     return x
 
 
+def _error_code(exc: BaseException) -> int | None:
+    code = getattr(exc, "errno", None)
+    if code is None and exc.args and isinstance(exc.args[0], int):
+        code = exc.args[0]
+    return code if isinstance(code, int) else None
+
+
 def _hash64(parts: Sequence[str], seed: int) -> str:
     text = ", ".join(parts)
     return f"CAST(CONV(LEFT(MD5(CONCAT_WS(',', '{seed}', {text})), 16), 16, 10) AS UNSIGNED)"
@@ -131,6 +146,34 @@ class MariaDialect:
             "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_TYPE = 'BASE TABLE' ORDER BY 1"
         )
         return [str(r[0]) for r in cur.fetchall()]
+
+    def hidden(self, cur: Cursor) -> str | None:
+        """Why some tables may be hidden from this account, or None when it may read every
+        table of the database.
+
+        MariaDB lists only the tables an account holds a privilege on. Whether it may read
+        any table of the database (a grant on the database, a wildcard, a role, the whole
+        server) is asked of the server itself: reading a table no one could have created (a
+        random name) fails with "does not exist" for such an account, "denied" otherwise."""
+        cur.execute("SELECT DATABASE(), CURRENT_USER()")
+        database, user = cur.fetchone()
+        probe = _quote(f"oracle_probe_{secrets.token_hex(8)}")
+        try:
+            cur.execute(f"SELECT 1 FROM {probe} LIMIT 0")
+            cur.fetchall()
+        except Exception as exc:
+            code = _error_code(exc)
+            if code == _NO_SUCH_TABLE:
+                return None
+            if code in _DENIED:
+                return (
+                    f"the account {user} may not read every table of database {database!r}, "
+                    "and MariaDB hides from it the tables it may not read, so a change to one "
+                    f"would go unseen. Grant it SELECT ON `{database}`.* (and SHOW VIEW, "
+                    "TRIGGER to see views and triggers), or name the tables the sink observes"
+                )
+            raise
+        return None
 
     def _json_columns(self, cur: Cursor, table: str) -> set[str]:
         cur.execute(
@@ -229,6 +272,11 @@ class MariaDialect:
             "WHERE TABLE_SCHEMA = DATABASE()"
         )
         for name, ddl in cur.fetchall():
+            if not ddl:  # MariaDB blanks the definition for an account without SHOW VIEW
+                raise RuntimeError(
+                    f"the definition of view {name!r} is hidden from this account "
+                    "(grant it SHOW VIEW on the database)"
+                )
             out[f"view:{name}"] = SchemaObject(type="view", name=str(name), sql=str(ddl))
         cur.execute(
             "SELECT TRIGGER_NAME, EVENT_OBJECT_TABLE, "

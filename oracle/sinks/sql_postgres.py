@@ -131,6 +131,11 @@ class PostgresDialect:
         )
         return [r[0] for r in cur.fetchall()]
 
+    def hidden(self, cur: Cursor) -> str | None:
+        """None: the catalog lists every table whatever the account's privileges; reading one
+        it may not read fails (and names it)."""
+        return None
+
     def columns(self, cur: Cursor, table: str) -> list[Column]:
         cur.execute(_COLUMNS, (self.qualified(table),))
         out = []

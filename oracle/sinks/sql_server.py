@@ -91,6 +91,8 @@ class Dialect(Protocol):
 
     def tables(self, cur: Cursor) -> list[str]: ...
 
+    def hidden(self, cur: Cursor) -> str | None: ...
+
     def columns(self, cur: Cursor, table: str) -> list[Column]: ...
 
     def primary_key(self, cur: Cursor, table: str) -> tuple[str, ...]: ...
@@ -183,10 +185,14 @@ class ServerReader:
         try:
             self.dialect.begin(cur, self.timeout)
             present = self.dialect.tables(cur)
+            # Every table is observed unless the sink names them: none may be hidden.
+            hidden = self.dialect.hidden(cur) if self.tables is None else None
         except SnapshotError:
             raise
         except Exception as exc:
             raise self._error(None, exc) from exc
+        if hidden is not None:
+            raise SnapshotError(self.sink, f"cannot observe every table of {self.where}: {hidden}")
         names = self._select(present)
         tables: dict[str, TableState] = {}
         for name in names:
@@ -212,7 +218,8 @@ class ServerReader:
                 raise SnapshotError(
                     self.sink,
                     f"table(s) {', '.join(map(repr, missing))} named by the sink are not in "
-                    f"{self.where} (present: {', '.join(present) or 'none'})",
+                    f"{self.where}, or not visible to its account (present: "
+                    f"{', '.join(present) or 'none'})",
                 )
             chosen = list(self.tables)
         return sorted(t for t in chosen if t not in self.exclude)

@@ -199,3 +199,55 @@ def test_json_spacing_is_no_change_and_a_lost_change_fails_the_diff(maria):
     after = s.snapshot()
     with pytest.raises(IncompleteEvidenceError, match=r"table 'doc'.*read the same"):
         s.diff(before, after)
+
+
+def grant(maria, user: str, what: str) -> None:
+    with maria.admin.cursor() as cur:
+        for host in ("%", "localhost"):
+            cur.execute(f"GRANT {what} TO '{user}'@'{host}'")
+
+
+def test_a_table_the_account_may_not_read_fails_the_snapshot(maria):
+    """MariaDB hides from an account the tables it may not read: left out, an insert into
+    one would have read as "no change"."""
+    db = maria.database("CREATE TABLE open_t (id int PRIMARY KEY); CREATE TABLE secret (id int);")
+    user = maria.user()
+    grant(maria, user, f"SELECT ON `{db}`.open_t")
+    s = SqlSink("app", maria.url(db, user=user))
+    with pytest.raises(
+        SnapshotError, match=rf"sink 'app'.*{user}.*may not read every table.*'{db}'"
+    ):
+        s.snapshot()
+    # Naming the tables it may read is fine: nothing else is claimed.
+    assert SqlSink("app", maria.url(db, user=user), tables=["open_t"]).snapshot()
+
+
+def test_an_account_that_may_read_the_database_through_a_role_sees_every_table(maria):
+    db = maria.database("CREATE TABLE open_t (id int PRIMARY KEY); CREATE TABLE secret (id int);")
+    user = maria.user()
+    role = f"{user}_r"
+    with maria.admin.cursor() as cur:
+        cur.execute(f"CREATE ROLE `{role}`")
+    try:
+        with maria.admin.cursor() as cur:
+            cur.execute(f"GRANT SELECT ON `{db}`.* TO `{role}`")
+        grant(maria, user, f"`{role}`")
+        with maria.admin.cursor() as cur:
+            for host in ("%", "localhost"):
+                cur.execute(f"SET DEFAULT ROLE `{role}` FOR '{user}'@'{host}'")
+        s = SqlSink("app", maria.url(db, user=user))
+        before = s.snapshot()
+        assert sorted(before.state.tables) == ["open_t", "secret"]
+        maria.run(db, "INSERT INTO secret VALUES (1)")
+        assert [c.row for c in s.diff(before, s.snapshot()).added("secret")] == [{"id": 1}]
+    finally:
+        with maria.admin.cursor() as cur:
+            cur.execute(f"DROP ROLE IF EXISTS `{role}`")
+
+
+def test_a_view_whose_definition_is_hidden_fails_the_snapshot(maria):
+    db = maria.database("CREATE TABLE t (id int PRIMARY KEY); CREATE VIEW v AS SELECT id FROM t;")
+    user = maria.user()
+    grant(maria, user, f"SELECT ON `{db}`.*")
+    with pytest.raises(SnapshotError, match=r"sink 'app'.*view 'v'.*SHOW VIEW"):
+        SqlSink("app", maria.url(db, user=user)).snapshot()
