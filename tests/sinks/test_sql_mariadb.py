@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import re
+import threading
 import time
 
 import pytest
@@ -251,3 +253,43 @@ def test_a_view_whose_definition_is_hidden_fails_the_snapshot(maria):
     grant(maria, user, f"SELECT ON `{db}`.*")
     with pytest.raises(SnapshotError, match=r"sink 'app'.*view 'v'.*SHOW VIEW"):
         SqlSink("app", maria.url(db, user=user)).snapshot()
+
+
+def test_a_connection_killed_mid_snapshot_fails_it_naming_the_sink(maria):
+    db = maria.database(BIG)
+    s = sink(maria, db, timeout=30)
+    s.snapshot()
+    locker = maria.connect(db)
+    errors: list[BaseException] = []
+
+    def snap() -> None:
+        try:
+            s.snapshot()
+        except BaseException as exc:
+            errors.append(exc)
+
+    try:
+        with locker.cursor() as cur:
+            cur.execute("LOCK TABLES big WRITE")
+            th = threading.Thread(target=snap)
+            th.start()
+            killed = False
+            for _ in range(200):  # wait until the snapshot waits for the lock, then kill it
+                cur.execute(
+                    "SELECT ID FROM information_schema.PROCESSLIST WHERE DB = %s AND ID <> "
+                    "CONNECTION_ID() AND STATE LIKE %s",
+                    (db, "%metadata lock%"),
+                )
+                waiting = cur.fetchall()
+                if waiting:
+                    cur.execute(f"KILL CONNECTION {int(waiting[0][0])}")
+                    killed = True
+                    break
+                time.sleep(0.05)
+            th.join(60)
+            cur.execute("UNLOCK TABLES")
+    finally:
+        locker.close()
+    assert killed
+    assert errors and isinstance(errors[0], SnapshotError)
+    assert re.search(r"sink 'app'.*table 'big'.*(killed|Lost connection)", str(errors[0]))
