@@ -3,12 +3,19 @@
 The diff compares table digests first and skips every table whose digest did not move. Inside a
 changed table it compares row digests by key, and only rows whose digests differ are compared
 field by field; JSON columns get a structural diff (deepdiff) as the field's ``detail``.
+
+Where the database computed the digests, a chunk whose digest moved while every row in it reads
+the same before and after means a change the reading could not show (two stored values that
+were read alike): the diff then raises `IncompleteEvidenceError` naming the table, so the trial's
+verdicts are unknown rather than built on "nothing changed".
 """
 
 from __future__ import annotations
 
 import base64
+import datetime
 import json
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, ClassVar, Literal
@@ -17,7 +24,7 @@ from deepdiff import DeepDiff
 from pydantic import BaseModel, ConfigDict
 
 from oracle.canonical import Json, row_digest, to_jsonable
-from oracle.diff import Change, Content, SinkDiff
+from oracle.diff import Change, Content, IncompleteEvidenceError, SinkDiff
 from oracle.frozen import freeze
 from oracle.query import matches
 from oracle.sinks.sql_state import ColumnInfo, SchemaObject, SqlState, TableState
@@ -300,11 +307,21 @@ def _order(key: tuple[Any, ...]) -> tuple[Any, ...]:
     return tuple((v is None, type(v).__name__, 0 if v is None else v) for v in key)
 
 
+#: Types whose ``==`` tells every two values apart that the row digest tells apart.
+_EXACT_EQ = frozenset({str, int, bool, bytes, type(None), datetime.date, uuid.UUID})
+
+
 def _same(x: Any, y: Any) -> bool:
-    """Equal values of the same type (1, 1.0 and True differ; NaN equals NaN)."""
+    """The same value as the row digests see it: 1, 1.0 and True differ; so do 0.0 and -0.0,
+    ``Decimal('1.0')`` and ``Decimal('1.00')``, one clock time at two offsets, and JSON
+    objects whose numbers are written differently. NaN equals NaN."""
+    if x is y:
+        return True
     if type(x) is not type(y):
         return False
-    return bool(x == y) or (x != x and y != y)
+    if type(x) in _EXACT_EQ:
+        return bool(x == y)
+    return row_digest((x,)) == row_digest((y,))
 
 
 def _json_detail(old: Any, new: Any) -> dict[str, Any] | None:
@@ -321,6 +338,16 @@ def _json_detail(old: Any, new: Any) -> dict[str, Any] | None:
         return None
     detail: dict[str, Any] = json.loads(DeepDiff(o, n, verbose_level=2).to_json())
     return detail
+
+
+def _chunk_label(t: TableState, bucket: int) -> str:
+    c = t.chunking
+    if c is None or c.mode == "whole":
+        return "the whole table"
+    if c.mode == "range":
+        key = t.primary_key[0]
+        return f"the rows with {key} from {bucket << c.shift} to {((bucket + 1) << c.shift) - 1}"
+    return f"hash chunk {bucket} of {c.buckets}"
 
 
 def _differing_chunks(b: TableState, a: TableState) -> tuple[TableState, TableState] | None:
@@ -342,6 +369,15 @@ def _differing_chunks(b: TableState, a: TableState) -> tuple[TableState, TableSt
         or (a.chunks.get(k) is None)
         or b.chunks[k].digest != a.chunks[k].digest
     ]
+    for k in buckets:
+        old, new = b.chunks.get(k), a.chunks.get(k)
+        if old is not None and new is not None and old.digests == new.digests:
+            raise IncompleteEvidenceError(
+                f"table {a.name!r}: the database's digest of {_chunk_label(a, k)} changed, "
+                f"but its {len(new.rows)} rows read the same before and after: a change was "
+                "lost in reading (two stored values read alike), so this table's changes are "
+                "unknown"
+            )
 
     def part(t: TableState) -> TableState:
         rows: dict[tuple[Any, ...], tuple[Any, ...]] = {}

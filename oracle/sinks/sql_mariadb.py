@@ -5,22 +5,50 @@ A row's hash is MD5 over the seed and every column's ``QUOTE()`` text, joined wi
 literal (a decimal with its scale, a blob byte for byte), so distinct rows give distinct texts.
 The first 64 bits of the MD5 are summed per chunk as an exact DECIMAL.
 
+Two kinds of column are hashed through another text, the one they are read by:
+
+- ``FLOAT`` and ``DOUBLE``: ``QUOTE`` writes a ``FLOAT`` with six digits (16777215 as
+  16777200) and a negative zero as ``0``. They are cast to ``DOUBLE``, whose text MariaDB
+  writes with every digit needed to read the same double back, and a negative zero is
+  written ``-0``. A ``FLOAT`` is then read as the shortest decimal that is the same single-
+  precision value (19.99, not 19.989999771118164), as PostgreSQL writes a ``real``.
+- JSON (text checked by ``json_valid``): hashed as ``JSON_COMPACT`` text, so a value written
+  again with other spacing is no change; it is read parsed, so JSON values compare as
+  structures across backends.
+
 Values: ``TIMESTAMP`` columns (instants stored in UTC) are read in UTC and carry the zone;
-``DATETIME`` stays without one. JSON columns (MariaDB keeps them as text checked by
-``json_valid``) are parsed, so JSON values compare as structures across backends.
+``DATETIME`` stays without one.
+
+An account sees in ``information_schema`` only the tables it holds a privilege on: a table it
+may not read would be silently left out. So a snapshot of every table first asks the server
+whether the account may read any table of the database, and fails naming it if not.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import functools
+import math
 import re
+import secrets
+import struct
 from collections.abc import Sequence
+from fractions import Fraction
 from typing import Any
 
 from oracle.sinks.sql_server import Column, Cursor, parse_json
 from oracle.sinks.sql_state import ColumnInfo, SchemaObject
 
 _INTEGER = {"tinyint", "smallint", "mediumint", "int", "integer", "bigint"}
+_FLOATS = {"float", "double"}
+_SINGLE_MIN_NORMAL = 2.0**-126
+_F32, _U32 = struct.Struct("<f"), struct.Struct("<I")
+_INFINITIES = (math.inf, -math.inf)
+_SHORT = tuple(f"%.{n}g" for n in (6, 7, 8, 9))
+_SHORT_SUBNORMAL = tuple(f"%.{n}g" for n in range(1, 10))
+#: MariaDB's error codes: a table that does not exist; a command the account may not run.
+_NO_SUCH_TABLE = 1146
+_DENIED = {1142, 1143, 1044}
 _JSON_CHECK = re.compile(r"json_valid\(`((?:[^`]|``)+)`\)", re.IGNORECASE)
 
 
@@ -32,6 +60,56 @@ def _utc(value: Any) -> Any:
     if isinstance(value, dt.datetime) and value.tzinfo is None:
         return value.replace(tzinfo=dt.UTC)
     return value
+
+
+def _exact_float(q: str) -> str:
+    """A ``FLOAT``/``DOUBLE`` column's exact text: the double's round-trip digits, ``-0`` for
+    a negative zero (``ATAN2`` tells it apart: it compares equal to 0), SQL NULL as NULL."""
+    return f"IF({q} = 0 AND ATAN2({q}, -1) < 0, '-0', CAST({q} AS DOUBLE))"
+
+
+def _double(value: Any) -> Any:
+    return None if value is None else float(value)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _single(value: Any) -> Any:
+    """A ``FLOAT`` (single precision, read as its exact double) as the shortest decimal of
+    that value, the form PostgreSQL gives a ``real``: 19.989999771118164 reads as 19.99. Of
+    the decimals of the shortest length that lie strictly inside the interval of reals that
+    round to it, the nearest (as PostgreSQL's shortest form picks)."""
+    if value is None:
+        return None
+    x = float(value)
+    if x == 0:
+        return x
+    bits = _U32.unpack(_F32.pack(x))[0]
+    # Neighbours in magnitude (the sign bit stays); a single's midpoints are exact doubles.
+    below = _F32.unpack(_U32.pack(bits - 1))[0]
+    above = _F32.unpack(_U32.pack(bits + 1))[0]
+    if above in _INFINITIES:  # past the largest single: the gap below, mirrored
+        above = x + (x - below)
+    low, high = (x + below) / 2, (x + above) / 2
+    if low > high:
+        low, high = high, low
+    # When six significant digits name the value, rounding it to six digits gives the
+    # shortest such decimal (a float's rounding error is far below the sixth digit); past
+    # that, the first length that does is the shortest. Subnormals hold fewer digits.
+    for fmt in _SHORT_SUBNORMAL if abs(x) < _SINGLE_MIN_NORMAL else _SHORT:
+        text = fmt % x
+        y = float(text)
+        if low < y < high:
+            return y
+        if y in (low, high) and low < Fraction(text) < high:
+            return y
+    return x
+
+
+def _error_code(exc: BaseException) -> int | None:
+    code = getattr(exc, "errno", None)
+    if code is None and exc.args and isinstance(exc.args[0], int):
+        code = exc.args[0]
+    return code if isinstance(code, int) else None
 
 
 def _hash64(parts: Sequence[str], seed: int) -> str:
@@ -69,6 +147,34 @@ class MariaDialect:
         )
         return [str(r[0]) for r in cur.fetchall()]
 
+    def hidden(self, cur: Cursor) -> str | None:
+        """Why some tables may be hidden from this account, or None when it may read every
+        table of the database.
+
+        MariaDB lists only the tables an account holds a privilege on. Whether it may read
+        any table of the database (a grant on the database, a wildcard, a role, the whole
+        server) is asked of the server itself: reading a table no one could have created (a
+        random name) fails with "does not exist" for such an account, "denied" otherwise."""
+        cur.execute("SELECT DATABASE(), CURRENT_USER()")
+        database, user = cur.fetchone()
+        probe = _quote(f"oracle_probe_{secrets.token_hex(8)}")
+        try:
+            cur.execute(f"SELECT 1 FROM {probe} LIMIT 0")
+            cur.fetchall()
+        except Exception as exc:
+            code = _error_code(exc)
+            if code == _NO_SUCH_TABLE:
+                return None
+            if code in _DENIED:
+                return (
+                    f"the account {user} may not read every table of database {database!r}, "
+                    "and MariaDB hides from it the tables it may not read, so a change to one "
+                    f"would go unseen. Grant it SELECT ON `{database}`.* (and SHOW VIEW, "
+                    "TRIGGER to see views and triggers), or name the tables the sink observes"
+                )
+            raise
+        return None
+
     def _json_columns(self, cur: Cursor, table: str) -> set[str]:
         cur.execute(
             "SELECT CHECK_CLAUSE FROM information_schema.CHECK_CONSTRAINTS "
@@ -95,10 +201,18 @@ class MariaDialect:
             base = str(data_type).lower()
             is_json = name in json_cols or base == "json"
             decode: Any = None
+            hash_expr, select = f"IFNULL(QUOTE({q}), 'NULL')", q
             if is_json:
                 decode = parse_json
+                if name in json_cols:  # MariaDB's JSON is text: spacing is not the value
+                    hash_expr = f"IFNULL(QUOTE(JSON_COMPACT({q})), 'NULL')"
             elif base == "timestamp":
                 decode = _utc
+            elif base in _FLOATS:
+                # A number's text holds no comma or quote and is never the word NULL.
+                select = _exact_float(q)
+                hash_expr = f"IFNULL({select}, 'NULL')"
+                decode = _single if base == "float" else _double
             out.append(
                 Column(
                     info=ColumnInfo(
@@ -108,8 +222,8 @@ class MariaDialect:
                         default=None if default is None else str(default),
                         is_json=is_json,
                     ),
-                    hash_expr=f"IFNULL(QUOTE({q}), 'NULL')",
-                    select_expr=q,
+                    hash_expr=hash_expr,
+                    select_expr=select,
                     decode=decode,
                     integer=base in _INTEGER,
                 )
@@ -158,6 +272,11 @@ class MariaDialect:
             "WHERE TABLE_SCHEMA = DATABASE()"
         )
         for name, ddl in cur.fetchall():
+            if not ddl:  # MariaDB blanks the definition for an account without SHOW VIEW
+                raise RuntimeError(
+                    f"the definition of view {name!r} is hidden from this account "
+                    "(grant it SHOW VIEW on the database)"
+                )
             out[f"view:{name}"] = SchemaObject(type="view", name=str(name), sql=str(ddl))
         cur.execute(
             "SELECT TRIGGER_NAME, EVENT_OBJECT_TABLE, "

@@ -1,9 +1,15 @@
 """PostgreSQL's catalog and SQL spelling for server-side digests (see `sql_server`).
 
 Values are read in one canonical form: timestamps with zones in UTC, numerics as `Decimal`
-with their scale, JSON and JSONB parsed (a JSON ``null`` is `JSON_NULL`, not SQL NULL), arrays
-as lists, bytea as bytes, enums by label, and every type psycopg does not know by its text form
-under fixed session settings. ``infinity`` dates and timestamps are read as those words.
+with their scale, JSON and JSONB parsed (a JSON ``null`` is `JSON_NULL`, not SQL NULL; numbers
+as written, see `parse_json`), arrays as lists, bytea as bytes, enums by label, intervals as
+ISO 8601 text (``P1M`` and ``P30D`` stay apart, as PostgreSQL stores them), and every type
+psycopg does not know by its text form under fixed session settings. ``infinity`` dates and
+timestamps are read as those words.
+
+Every value is read as exactly as it is hashed: a ``json`` column (text, kept as written) is
+both hashed and read in its ``jsonb`` form, so spacing, key order and repeated keys, which the
+parsed structure does not keep, do not count as changes either.
 """
 
 from __future__ import annotations
@@ -38,7 +44,6 @@ _NATIVE_READ = {
     "timetz",
     "timestamp",
     "timestamptz",
-    "interval",
     "uuid",
     "oid",
 }
@@ -105,7 +110,8 @@ class PostgresDialect:
             ("search_path", "pg_catalog, pg_temp"),
             ("TimeZone", "UTC"),
             ("DateStyle", "ISO, YMD"),
-            ("IntervalStyle", "postgres"),
+            # Months, days and time apart: psycopg would read '1 mon' as 30 days.
+            ("IntervalStyle", "iso_8601"),
             ("extra_float_digits", "1"),
             ("bytea_output", "hex"),
             ("row_security", "off"),
@@ -125,6 +131,11 @@ class PostgresDialect:
         )
         return [r[0] for r in cur.fetchall()]
 
+    def hidden(self, cur: Cursor) -> str | None:
+        """None: the catalog lists every table whatever the account's privileges; reading one
+        it may not read fails (and names it)."""
+        return None
+
     def columns(self, cur: Cursor, table: str) -> list[Column]:
         cur.execute(_COLUMNS, (self.qualified(table),))
         out = []
@@ -143,6 +154,10 @@ class PostgresDialect:
         ) in cur.fetchall():
             q = _quote(name)
             is_json = base in _JSON
+            if base == "json":
+                # json keeps its text as written; the value is the structure (see above).
+                q = f"({q})::pg_catalog.jsonb"
+                send = "pg_catalog.jsonb_send"
             if base in _NATIVE_HASH or (base in _TEXT and det):
                 hash_expr = q
             elif send and send != "-":

@@ -13,7 +13,10 @@ Why this is sound:
 - the row hash covers every column's exact stored value (the binary ``send`` form on
   PostgreSQL for types whose hash would fold distinct values together: 64-bit integers,
   timestamps, floats, numerics with their scale, JSON, arrays, enums by label; a quoted text
-  form on MariaDB), so any change to a row changes its hash;
+  form on MariaDB, with every digit of a float), so any change to a row changes its hash;
+- each value is read in the form it is hashed in, so a changed hash is a changed value; where
+  a reading would still fold two stored values together, the diff finds a chunk whose digest
+  moved with no row that reads differently, and fails instead of reporting nothing;
 - an insert or delete anywhere, also between chunk boundaries or past either end of the key
   range, changes the count and the sum of the chunk the key falls into, or creates or empties
   a chunk;
@@ -30,6 +33,7 @@ Why this is sound:
 
 from __future__ import annotations
 
+import decimal
 import json
 import math
 import secrets
@@ -87,6 +91,8 @@ class Dialect(Protocol):
 
     def tables(self, cur: Cursor) -> list[str]: ...
 
+    def hidden(self, cur: Cursor) -> str | None: ...
+
     def columns(self, cur: Cursor, table: str) -> list[Column]: ...
 
     def primary_key(self, cur: Cursor, table: str) -> tuple[str, ...]: ...
@@ -106,13 +112,27 @@ class Dialect(Protocol):
     def bucket_list(self, expr: str, buckets: Sequence[int]) -> str: ...
 
 
+def _json_number(text: str) -> float | decimal.Decimal:
+    """A JSON number with a fraction or an exponent, exactly as written: a `float` when the
+    text is that float's shortest form (``19.99``, ``1.0``), else a `Decimal` of the text
+    (``19.990000000000000001``, ``1.50``), so two numbers written differently never read
+    alike. Integers stay `int`."""
+    value = float(text)
+    return value if repr(value) == text else decimal.Decimal(text)
+
+
+#: One decoder for every value: ``json.loads`` with a hook would build a new one each call.
+_JSON = json.JSONDecoder(parse_float=_json_number)
+
+
 def parse_json(value: Any) -> Any:
-    """A JSON column's text as a structure; JSON ``null`` stays apart from SQL NULL."""
+    """A JSON column's text as a structure; JSON ``null`` stays apart from SQL NULL, and
+    numbers keep how they were written (see `_json_number`)."""
     if value is None:
         return None
     if isinstance(value, bytes | bytearray):
         value = bytes(value).decode("utf-8")
-    parsed = json.loads(value)
+    parsed = _JSON.decode(value)
     return JSON_NULL if parsed is None else parsed
 
 
@@ -165,10 +185,14 @@ class ServerReader:
         try:
             self.dialect.begin(cur, self.timeout)
             present = self.dialect.tables(cur)
+            # Every table is observed unless the sink names them: none may be hidden.
+            hidden = self.dialect.hidden(cur) if self.tables is None else None
         except SnapshotError:
             raise
         except Exception as exc:
             raise self._error(None, exc) from exc
+        if hidden is not None:
+            raise SnapshotError(self.sink, f"cannot observe every table of {self.where}: {hidden}")
         names = self._select(present)
         tables: dict[str, TableState] = {}
         for name in names:
@@ -194,7 +218,8 @@ class ServerReader:
                 raise SnapshotError(
                     self.sink,
                     f"table(s) {', '.join(map(repr, missing))} named by the sink are not in "
-                    f"{self.where} (present: {', '.join(present) or 'none'})",
+                    f"{self.where}, or not visible to its account (present: "
+                    f"{', '.join(present) or 'none'})",
                 )
             chosen = list(self.tables)
         return sorted(t for t in chosen if t not in self.exclude)

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import math
+import re
+import threading
 import time
 
 import pytest
 
+from oracle.diff import IncompleteEvidenceError
 from oracle.sinks.sql import SqlSink
 from oracle.snapshot import SnapshotError
 
@@ -124,3 +128,168 @@ def test_a_server_that_goes_away_fails_the_snapshot(maria):
     maria.run(db, f"DROP DATABASE `{db}`")
     with pytest.raises(SnapshotError, match="Unknown database"):
         s.snapshot()
+
+
+FLOATS = """
+CREATE TABLE g (id int PRIMARY KEY, r float, price float, d double, fixed float(10, 4));
+INSERT INTO g VALUES (1, 16777215, 19.99, 0.1, 1.5), (2, 3.4028234e38, 0, 1e300, 0),
+                     (3, 1.17549435e-38, -2.5e-7, NULL, NULL);
+"""
+
+
+def test_floats_read_exactly_and_their_changes_are_seen(maria):
+    """QUOTE() writes a FLOAT with six digits (16777215 as 16777200): a change in the digits
+    past the sixth moved neither the digest nor the value read."""
+    db = maria.database(FLOATS)
+    s = sink(maria, db)
+    before = s.snapshot()
+    one, two, three = before.state.rows("g")
+    assert one == {"id": 1, "r": 16777215.0, "price": 19.99, "d": 0.1, "fixed": 1.5}
+    assert two["r"] == 3.4028235e38 and two["d"] == 1e300  # a FLOAT's shortest form
+    assert three == {"id": 3, "r": 1.1754944e-38, "price": -2.5e-07, "d": None, "fixed": None}
+    maria.run(
+        db,
+        "UPDATE g SET r = 16777214, price = 19.990001 WHERE id = 1;"
+        "UPDATE g SET price = -1e-50 WHERE id = 2",  # underflows to a negative zero
+    )
+    after = s.snapshot()
+    assert after.digest != before.digest
+    d = s.diff(before, after)
+    fields = {c.key[0]: {k: (f.old, f.new) for k, f in c.fields.items()} for c in d.changed("g")}
+    assert fields == {
+        1: {"r": (16777215.0, 16777214.0), "price": (19.99, 19.990002)},
+        2: {"price": (0.0, -0.0)},
+    }
+    assert math.copysign(1, after.state.rows("g", id=2)[0]["price"]) == -1
+
+
+def test_float_values_read_as_postgresql_reads_them(maria, pg):
+    """One value, one form: a FLOAT reads as PostgreSQL reads the same ``real``, a DOUBLE as
+    the same ``double precision``."""
+    values = [16777215, 19.99, 19.990001, 0.1, 1 / 3, 123456.789, 3.4028234e38, 1e-40, -2.5e-7]
+    rows = ", ".join(f"({i}, {v!r}, {v!r})" for i, v in enumerate(values))
+    my = maria.database(
+        f"CREATE TABLE f (id int PRIMARY KEY, s float, w double); INSERT INTO f VALUES {rows};"
+    )
+    pgdb = pg.database(
+        f"CREATE TABLE f (id int PRIMARY KEY, s real, w float8); INSERT INTO f VALUES {rows};"
+    )
+    mine = SqlSink("app", maria.url(my)).snapshot().state.rows("f")
+    theirs = SqlSink("app", pg.url(pgdb)).snapshot().state.rows("f")
+    assert mine == theirs
+
+
+def test_json_spacing_is_no_change_and_a_lost_change_fails_the_diff(maria):
+    db = maria.database(
+        """CREATE TABLE doc (id int PRIMARY KEY, j json);
+        INSERT INTO doc VALUES (1, '{"a": 1, "b": [1, 2]}'), (2, '{"k": 1, "k": 2}');"""
+    )
+    s = sink(maria, db)
+    before = s.snapshot()
+    maria.run(db, """UPDATE doc SET j = '{ "a" :1,"b":[ 1,2 ] }' WHERE id = 1""")
+    after = s.snapshot()
+    assert after.digest == before.digest and s.diff(before, after).empty
+    maria.run(db, """UPDATE doc SET j = '{"a": 1.0, "b": [1, 2]}' WHERE id = 1""")
+    (c,) = s.diff(before, s.snapshot()).changed("doc")
+    assert c.fields["j"].new == {"a": 1.0, "b": [1, 2]} and isinstance(
+        c.fields["j"].new["a"], float
+    )
+    # MariaDB keeps a repeated key; the parsed structure keeps its last value, so dropping the
+    # first one changes the stored text but nothing that is read: the diff says it cannot tell.
+    before = s.snapshot()
+    maria.run(db, """UPDATE doc SET j = '{"k": 2}' WHERE id = 2""")
+    after = s.snapshot()
+    with pytest.raises(IncompleteEvidenceError, match=r"table 'doc'.*read the same"):
+        s.diff(before, after)
+
+
+def grant(maria, user: str, what: str) -> None:
+    with maria.admin.cursor() as cur:
+        for host in ("%", "localhost"):
+            cur.execute(f"GRANT {what} TO '{user}'@'{host}'")
+
+
+def test_a_table_the_account_may_not_read_fails_the_snapshot(maria):
+    """MariaDB hides from an account the tables it may not read: left out, an insert into
+    one would have read as "no change"."""
+    db = maria.database("CREATE TABLE open_t (id int PRIMARY KEY); CREATE TABLE secret (id int);")
+    user = maria.user()
+    grant(maria, user, f"SELECT ON `{db}`.open_t")
+    s = SqlSink("app", maria.url(db, user=user))
+    with pytest.raises(
+        SnapshotError, match=rf"sink 'app'.*{user}.*may not read every table.*'{db}'"
+    ):
+        s.snapshot()
+    # Naming the tables it may read is fine: nothing else is claimed.
+    assert SqlSink("app", maria.url(db, user=user), tables=["open_t"]).snapshot()
+
+
+def test_an_account_that_may_read_the_database_through_a_role_sees_every_table(maria):
+    db = maria.database("CREATE TABLE open_t (id int PRIMARY KEY); CREATE TABLE secret (id int);")
+    user = maria.user()
+    role = f"{user}_r"
+    with maria.admin.cursor() as cur:
+        cur.execute(f"CREATE ROLE `{role}`")
+    try:
+        with maria.admin.cursor() as cur:
+            cur.execute(f"GRANT SELECT ON `{db}`.* TO `{role}`")
+        grant(maria, user, f"`{role}`")
+        with maria.admin.cursor() as cur:
+            for host in ("%", "localhost"):
+                cur.execute(f"SET DEFAULT ROLE `{role}` FOR '{user}'@'{host}'")
+        s = SqlSink("app", maria.url(db, user=user))
+        before = s.snapshot()
+        assert sorted(before.state.tables) == ["open_t", "secret"]
+        maria.run(db, "INSERT INTO secret VALUES (1)")
+        assert [c.row for c in s.diff(before, s.snapshot()).added("secret")] == [{"id": 1}]
+    finally:
+        with maria.admin.cursor() as cur:
+            cur.execute(f"DROP ROLE IF EXISTS `{role}`")
+
+
+def test_a_view_whose_definition_is_hidden_fails_the_snapshot(maria):
+    db = maria.database("CREATE TABLE t (id int PRIMARY KEY); CREATE VIEW v AS SELECT id FROM t;")
+    user = maria.user()
+    grant(maria, user, f"SELECT ON `{db}`.*")
+    with pytest.raises(SnapshotError, match=r"sink 'app'.*view 'v'.*SHOW VIEW"):
+        SqlSink("app", maria.url(db, user=user)).snapshot()
+
+
+def test_a_connection_killed_mid_snapshot_fails_it_naming_the_sink(maria):
+    db = maria.database(BIG)
+    s = sink(maria, db, timeout=30)
+    s.snapshot()
+    locker = maria.connect(db)
+    errors: list[BaseException] = []
+
+    def snap() -> None:
+        try:
+            s.snapshot()
+        except BaseException as exc:
+            errors.append(exc)
+
+    try:
+        with locker.cursor() as cur:
+            cur.execute("LOCK TABLES big WRITE")
+            th = threading.Thread(target=snap)
+            th.start()
+            killed = False
+            for _ in range(200):  # wait until the snapshot waits for the lock, then kill it
+                cur.execute(
+                    "SELECT ID FROM information_schema.PROCESSLIST WHERE DB = %s AND ID <> "
+                    "CONNECTION_ID() AND STATE LIKE %s",
+                    (db, "%metadata lock%"),
+                )
+                waiting = cur.fetchall()
+                if waiting:
+                    cur.execute(f"KILL CONNECTION {int(waiting[0][0])}")
+                    killed = True
+                    break
+                time.sleep(0.05)
+            th.join(60)
+            cur.execute("UNLOCK TABLES")
+    finally:
+        locker.close()
+    assert killed
+    assert errors and isinstance(errors[0], SnapshotError)
+    assert re.search(r"sink 'app'.*table 'big'.*(killed|Lost connection)", str(errors[0]))
