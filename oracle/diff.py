@@ -108,6 +108,11 @@ class Change(BaseModel):
                 return value
         return ""
 
+    def targets(self) -> list[str]:
+        """Everything the change is to, each judged by a scope on its own (a message's
+        recipients); by default the one `target`."""
+        return [self.target()]
+
 
 def change_from_json(raw: Mapping[str, Any]) -> Change | None:
     """The typed change for one archived change, or None if its type is not loaded."""
