@@ -93,6 +93,8 @@ class ControlsReport:
     statuses: list[PredicateStatus] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     flags: list[str] = field(default_factory=list)
+    #: Tasks whose controls were not run (a server they need is down), and why.
+    skipped: dict[str, str] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
