@@ -393,7 +393,7 @@ def _judge(
     """An evaluator's outcome, with the predicates `oracle check` refuses never run: each is
     an error, so what it would have read cannot decide anything."""
     if not isinstance(evaluator, StatePredicates) or not refused.keys() & set(evaluator.names()):
-        return evaluator.evaluate(evidence)
+        return evaluator.evaluate(evidence.fresh())  # its own copy, as a predicate gets
     results = [
         PredicateResult(
             name, None, f"predicate {name!r} refused by oracle check: {refused[name]}", frozenset()

@@ -22,6 +22,7 @@ from oracle.evidence import ClaimNotEvidenceError, Evidence, HarnessRecords, Tas
 from oracle.invocation import Invocation, Step
 from oracle.snapshot import States
 from oracle.tools import tool
+from oracle.verdict import Outcome
 
 
 def evidence() -> Evidence:
@@ -263,3 +264,35 @@ def test_a_predicate_that_writes_past_the_guards_changes_nothing_the_next_one_or
         "id": 1,
         "v": "a",
     }
+
+
+class _RowEvaluator:
+    """An evaluator of its own (no StatePredicates): it reads the evidence it is handed."""
+
+    kind = "predicate"
+
+    def __init__(self, vandal: bool) -> None:
+        self.vandal = vandal
+
+    def names(self) -> list[str]:
+        return []
+
+    def evaluate(self, evidence):
+        (removed,) = evidence.diff.sql("db").removed("t")
+        if self.vandal:
+            dict.__setitem__(removed.row, "v", "rewritten")
+        value = removed.row["v"] == "a"
+        return Outcome(value, "predicate", tiers=frozenset({"environment"})), []
+
+
+def test_an_evaluator_of_its_own_gets_its_own_copy_too():
+    t = Task(
+        name="own",
+        prompt="p",
+        sinks=[sqlite("db", sql=ISOLATION_SEED)],
+        utility=_RowEvaluator(vandal=True),
+        security=_RowEvaluator(vandal=False),
+    )
+    r = run_trial(t, CallableAgent(lambda v: v.sql("db", "DELETE FROM t"))).record
+    assert r.security_breached is True  # it saw the row as the agent left it
+    assert r.diff["db"]["changes"][0]["row"] == {"id": 1, "v": "a"}
