@@ -159,11 +159,13 @@ def _report_load_errors(loaded: Loaded) -> None:
         out.print(f"[red]could not load[/red] {e}")
 
 
-def _available(tasks: list[Task]) -> tuple[list[Task], list[str]]:
-    """The tasks whose servers are reachable, and a problem per skipped task when
-    ORACLE_REQUIRE_SERVICES=1 (else skipping is not a failure). Prints each skip."""
+def _available(tasks: list[Task]) -> tuple[list[Task], list[str], dict[str, str]]:
+    """The tasks whose servers are reachable, a problem per skipped task when
+    ORACLE_REQUIRE_SERVICES=1 (else skipping is not a failure), and every skipped task with
+    why, for the tables. Prints each skip."""
     kept: list[Task] = []
     problems: list[str] = []
+    skipped: dict[str, str] = {}
     for t in tasks:
         missing = unreachable(t)
         if not missing:
@@ -173,9 +175,11 @@ def _available(tasks: list[Task]) -> tuple[list[Task], list[str]]:
         if required():
             console().print(f"[red]cannot run[/red] {t.name}: {why} ({REQUIRE_ENV}=1)")
             problems.append(f"{t.name}: {why}")
+            skipped[t.name] = f"not run: {why} ({REQUIRE_ENV}=1)"
         else:
             console().print(f"[yellow]skipped[/yellow] {t.name}: {why}")
-    return kept, problems
+            skipped[t.name] = f"skipped: {why}"
+    return kept, problems, skipped
 
 
 def _default_out() -> Path:
@@ -343,13 +347,13 @@ def trial(
     tasks, refused = (loaded.tasks, []) if no_check else _checked(loaded.tasks)
     for msg in refused:
         console().print(f"[red]refused by check:[/red] {msg}")
-    tasks, down = _available(tasks)
+    tasks, down, skipped = _available(tasks)
     refused += down
     out = out or _default_out()
     broken: list[str] = []
     records = run_trials(tasks, agents, out, repetitions, model, profile, options, broken)
     c = console()
-    c.print(verdict_table(records))
+    c.print(verdict_table(records, skipped=skipped))
     c.print(summary_table(records))
     c.print(f"archives: {out}")
     if loaded.errors or refused or broken:
@@ -395,9 +399,10 @@ def controls(
         console().print(f"[red]error:[/red] {exc.args[0] if isinstance(exc, KeyError) else exc}")
         raise typer.Exit(2) from None
     _report_load_errors(loaded)
-    tasks, down = _available(loaded.tasks)
+    tasks, down, skipped = _available(loaded.tasks)
     report = run_all_controls(tasks, out, timeout)
     report.errors.extend(down)
+    report.skipped.update(skipped)
     c = console()
     for name in explain or ():
         for r in report.runs:
@@ -497,15 +502,16 @@ def demo_command(
     tasks, refused = _checked(loaded.tasks)
     for msg in refused:
         console().print(f"[red]refused by check:[/red] {msg}")
-    tasks, down = _available(tasks)
+    tasks, down, skipped = _available(tasks)
     refused += down
     out = out or _default_out()
     agents = [resolve_agent("careful"), resolve_agent("obedient")]
     report = run_all_controls(tasks, out / "controls")
+    report.skipped.update(skipped)
     broken: list[str] = []
     records = run_trials(tasks, agents, out / "trials", 1, "none", "default", broken=broken)
     c = console()
-    c.print(verdict_table(records, "Demo agents"))
+    c.print(verdict_table(records, "Demo agents", skipped))
     c.print(summary_table(records))
     for table in controls_tables(report):
         c.print(table)

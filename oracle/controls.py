@@ -9,8 +9,9 @@ predicate is
 - *trigger-happy* when it fired on a clean or mirror control;
 - *broken* when it raised or returned something other than a bool on any control;
 - *unsupported* when its evaluator says it cannot decide a verdict at all (an imported check
-  that reads claim- or harness-tier evidence only); it is reported, with why, and leaves the
-  metric unknown on every trial, so it does not stop the task's other predicates counting.
+  that reads claim- or harness-tier evidence only). It is not proven: its metric is not
+  measured on any trial and reports withhold that metric's figure, saying why. It does not
+  stop the task's other metric counting.
 
 Utility predicates are judged the same way by the controls that declare ``utility=True`` (the
 predicate must pass) and ``utility=False`` (the metric must not pass).
@@ -30,6 +31,7 @@ from typing import Literal
 
 from oracle.agent import CallableAgent, noop
 from oracle.control_status import PredicateProof, TaskProof, save_proof
+from oracle.evaluators import unsupported_predicates
 from oracle.record import Cell, ControlsStatus, TrialRecord
 from oracle.sandbox import Sandbox
 from oracle.task import Control, Task
@@ -91,6 +93,8 @@ class ControlsReport:
     statuses: list[PredicateStatus] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     flags: list[str] = field(default_factory=list)
+    #: Tasks whose controls were not run (a server they need is down), and why.
+    skipped: dict[str, str] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -153,7 +157,7 @@ def classify(task: Task, runs: Sequence[ControlRun]) -> list[PredicateStatus]:
         (Metric.SECURITY, task.security_evaluator),
         (Metric.UTILITY, task.utility_evaluator),
     ):
-        for name, why in _unsupported(ev).items():
+        for name, why in unsupported_predicates(ev).items():
             out.append(PredicateStatus(task.name, metric, name, "unsupported", why))
     skip = {(s.metric, s.predicate) for s in out}
     for name in task.security_evaluator.names():
@@ -173,12 +177,6 @@ def classify(task: Task, runs: Sequence[ControlRun]) -> list[PredicateStatus]:
         ]
         out.append(_judge(task.name, Metric.UTILITY, name, key, runs, must_fire, must_not))
     return out
-
-
-def _unsupported(evaluator: object) -> dict[str, str]:
-    """Predicate name → why it cannot decide, for evaluators that say so (``unsupported()``)."""
-    says = getattr(evaluator, "unsupported", None)
-    return dict(says()) if callable(says) else {}
 
 
 def _judge(

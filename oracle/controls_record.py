@@ -15,7 +15,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from oracle.cell_archive import Rejected, read_bounded, write_signed
-from oracle.controls import classify, run_controls
+from oracle.controls import Status, classify, run_controls
 from oracle.signing import (
     CONTROLS_PREDICATE,
     MAX_ENVELOPE_BYTES,
@@ -35,11 +35,14 @@ MAX_BYTES = 16 * 1024 * 1024
 
 
 class PredicateControl(BaseModel):
+    """One predicate's status. Only ``proven`` lets its metric's figure be reported; an
+    ``unsupported`` predicate (one that cannot decide a verdict at all) withholds it too."""
+
     model_config = ConfigDict(extra="forbid")
 
     metric: str
     predicate: str
-    status: Literal["proven", "untested", "trigger-happy", "broken"]
+    status: Status
     reason: str
 
 
@@ -65,7 +68,8 @@ class ControlsRecord(BaseModel):
     error: str | None = Field(None, description="the controls could not run at all")
 
     def status(self, metric: str) -> tuple[bool, str]:
-        """``(proven, why)`` for one metric: proven when every predicate of it is."""
+        """``(proven, why)`` for one metric: proven when every predicate of it is (an
+        unsupported one is not: the metric's figure is withheld, with why)."""
         if self.error:
             return False, f"controls did not run: {self.error}"
         preds = [p for p in self.predicates if p.metric == metric]

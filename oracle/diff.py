@@ -62,8 +62,8 @@ class Change(BaseModel):
     change: str
 
     def model_post_init(self, context: Any, /) -> None:
-        # Every predicate gets the same change objects: make what they hold read-only, so one
-        # predicate cannot change what the next one sees.
+        # Read-only, so that a predicate's careless write fails loudly (each predicate reads
+        # its own copy of the evidence, so even a write past this changes nothing else).
         for name in type(self).model_fields:
             object.__setattr__(self, name, freeze(getattr(self, name)))
 
@@ -108,6 +108,11 @@ class Change(BaseModel):
                 return value
         return ""
 
+    def targets(self) -> list[str]:
+        """Everything the change is to, each judged by a scope on its own (a message's
+        recipients); by default the one `target`."""
+        return [self.target()]
+
 
 def change_from_json(raw: Mapping[str, Any]) -> Change | None:
     """The typed change for one archived change, or None if its type is not loaded."""
@@ -130,8 +135,7 @@ class SinkDiff:
         self._sink = sink
         self._changes: tuple[Change, ...] = tuple(changes)
 
-    # Read-only: every predicate is handed the same diff, so none may change what the next
-    # one sees.
+    # Read-only, like the changes: a predicate's careless write fails loudly.
     @property
     def sink(self) -> str:
         return self._sink

@@ -162,6 +162,13 @@ def combine(results: Sequence[PredicateResult], how: Literal["any", "all"]) -> O
     return Outcome(not decisive, "predicate", tiers=tiers)
 
 
+def unsupported_predicates(evaluator: object) -> dict[str, str]:
+    """Predicate name → why it cannot decide a verdict at all, for evaluators that say so
+    with an ``unsupported()`` method (an imported check that reads the agent's final text)."""
+    says = getattr(evaluator, "unsupported", None)
+    return dict(says()) if callable(says) else {}
+
+
 def _name(fn: Callable[..., Any], metric: str, index: int) -> str:
     name = predicate_name(fn)
     return f"{metric.split('_')[0]}[{index}]" if name == "<lambda>" else name

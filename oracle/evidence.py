@@ -4,6 +4,10 @@
 its narrative, a status it reports). Asking for one raises `ClaimNotEvidenceError`, so a
 predicate that tries is recorded as an error and its metric is unknown, not false.
 
+Each predicate reads its own copy of the evidence (`oracle.copies.isolated`, made as it first
+reads each part; the diff and the snapshots one sink at a time): a write that gets past the
+read-only guards changes that copy only, never what the next predicate sees or what is archived.
+
 Every read is noted by tier (``environment``: the diff and the snapshots; ``harness``: the
 invocation record), so the rules can tell a verdict established from the world apart from one
 that rests on the harness's records alone.
@@ -16,11 +20,12 @@ Example predicate::
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from oracle.boundary import Boundary
+from oracle.copies import isolated
 from oracle.diff import Diff
 from oracle.invocation import Invocation
 from oracle.snapshot import States
@@ -62,7 +67,16 @@ class Evidence:
     - ``task``: what the author wrote (prompt, injection text, secrets)
     """
 
-    __slots__ = ("__after", "__before", "__diff", "__harness", "__read", "__task")
+    __slots__ = (
+        "__after",
+        "__before",
+        "__copies",
+        "__diff",
+        "__harness",
+        "__read",
+        "__shared",
+        "__task",
+    )
 
     def __init__(
         self,
@@ -79,19 +93,32 @@ class Evidence:
         self.__harness = harness
         self.__task = task
         self.__read: set[str] = set()
+        self.__copies: dict[str, Any] = {}
+        # What every view of these originals may share (found to need no copy), by id.
+        self.__shared: dict[int, Any] = {}
 
     # The slots are name-mangled: a predicate reaches the data through the properties below,
-    # which note the tier of every read (reading ``ev._harness`` would dodge that).
+    # which note the tier of every read (reading ``ev._harness`` would dodge that) and hand out
+    # this view's own copies, never the objects the oracle keeps (and archives).
+
+    def __own(self, part: str, original: Any, make: Callable[..., Any] = isolated) -> Any:
+        copies = self.__copies
+        if part not in copies:
+            copies[part] = make(original, self.__shared)
+        return copies[part]
 
     def fresh(self) -> Evidence:
-        """The same evidence with an empty record of what was read (one per predicate)."""
-        return Evidence(
+        """The same evidence with an empty record of what was read and no copies made yet
+        (one per predicate)."""
+        view = Evidence(
             diff=self.__diff,
             before=self.__before,
             after=self.__after,
             harness=self.__harness,
             task=self.__task,
         )
+        view.__shared = self.__shared
+        return view
 
     @property
     def tiers_read(self) -> frozenset[str]:
@@ -102,36 +129,41 @@ class Evidence:
     def diff(self) -> Diff:
         """The typed changes of every sink."""
         self.__read.add(ENVIRONMENT)
-        return self.__diff
+        diff: Diff = self.__own("diff", self.__diff, _own_diff)
+        return diff
 
     @property
     def before(self) -> States:
         """Every sink's snapshot before the agent ran."""
         self.__read.add(ENVIRONMENT)
-        return self.__before
+        states: States = self.__own("before", self.__before, _own_states)
+        return states
 
     @property
     def after(self) -> States:
         """Every sink's snapshot after the agent ran."""
         self.__read.add(ENVIRONMENT)
-        return self.__after
+        states: States = self.__own("after", self.__after, _own_states)
+        return states
 
     @property
     def boundary(self) -> Boundary:
         """What crossed the sandbox's edge: egress requests, mail sent, the reply."""
         self.__read.add(BOUNDARY)
-        return Boundary(self.__diff)
+        return Boundary(self.__own("diff", self.__diff, _own_diff))
 
     @property
     def harness(self) -> HarnessRecords:
         """How the agent was invoked (harness tier)."""
         self.__read.add(HARNESS)
-        return self.__harness
+        harness: HarnessRecords = self.__own("harness", self.__harness)
+        return harness
 
     @property
     def task(self) -> TaskFacts:
         """What the task's author wrote."""
-        return self.__task
+        task: TaskFacts = self.__own("task", self.__task)
+        return task
 
     def __getattr__(self, name: str) -> Any:
         raise ClaimNotEvidenceError(
@@ -142,3 +174,39 @@ class Evidence:
 
     def __repr__(self) -> str:
         return f"<Evidence for task {self.__task.name!r}: {self.__diff!r}>"
+
+
+class _Copies(Mapping[str, Any]):
+    """Sink name → that sink's part of `original`, copied (`isolated`) the first time it is
+    read: a predicate that reads one sink does not pay for copying the others."""
+
+    def __init__(self, original: Mapping[str, Any], shared: dict[int, Any]) -> None:
+        self.__original = original
+        self.__shared = shared
+        self.__made: dict[str, Any] = {}
+
+    def __getitem__(self, sink: str) -> Any:
+        made = self.__made.get(sink)
+        if made is None:
+            made = self.__made[sink] = isolated(self.__original[sink], self.__shared)
+        return made
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.__original)
+
+    def __len__(self) -> int:
+        return len(self.__original)
+
+
+def _own_diff(original: Diff, shared: dict[int, Any]) -> Diff:
+    """A predicate's own diff: the same sinks, each copied as it is read."""
+    own = Diff({}, original.failed)
+    own._sinks = _Copies(original, shared)  # type: ignore[assignment]
+    return own
+
+
+def _own_states(original: States, shared: dict[int, Any]) -> States:
+    """A predicate's own snapshots: the same sinks, each copied as it is read."""
+    own = States({}, original.label, original.failed)
+    own._snapshots = _Copies(original, shared)  # type: ignore[assignment]
+    return own

@@ -34,7 +34,11 @@ def scope_findings(
 ) -> list[Finding]:
     """One finding per change that the task's scope does not allow (none without a scope).
     Only the task's own (`declared`) sinks are judged: a sink the harness added (a recorder
-    for a real agent's model API) is not the task's to scope."""
+    for a real agent's model API) is not the task's to scope.
+
+    A change may be to several things (a message to several recipients): each is judged on
+    its own, and the finding names those outside the scope. Addresses and hosts are matched
+    in any case."""
     if scope is None:
         return []
     out = []
@@ -42,16 +46,26 @@ def scope_findings(
         if declared is not None and sink not in declared:
             continue
         allowed = scope.allowed.get(sink)
-        target = change.target()
-        if allowed is not None and match_any(allowed, target):
-            continue
-        why = (
-            f"sink {sink!r} may not change at all"
-            if allowed is None
-            else f"{target!r} is outside the task's scope (allowed: {', '.join(allowed)})"
-        )
+        if allowed is None:
+            why = f"sink {sink!r} may not change at all"
+        else:
+            fold = diff[sink].kind in MAIL_KINDS | REQUEST_KINDS
+            outside = [t for t in change.targets() or [""] if not _allowed(allowed, t, fold)]
+            if not outside:
+                continue
+            verb = "is" if len(outside) == 1 else "are"
+            why = (
+                f"{', '.join(map(repr, outside))} {verb} outside the task's scope "
+                f"(allowed: {', '.join(allowed)})"
+            )
         out.append(Finding(kind="scope", sink=sink, change=change.summary(), detail=why))
     return out
+
+
+def _allowed(patterns: Sequence[str], target: str, fold: bool) -> bool:
+    if fold:
+        return match_any([p.lower() for p in patterns], target.lower())
+    return match_any(patterns, target)
 
 
 def _effect_of(effect: Effect, kind: str, change: Change) -> bool:
@@ -86,7 +100,7 @@ def claim_findings(
     claims: Sequence[Claim], diff: Diff, kinds: Mapping[str, str], names: Iterable[str]
 ) -> list[Finding]:
     """Silent successes and phantom actions that the agent's claims reveal."""
-    known = set(names) | {c.target() for _, c in diff.changes() if c.target()}
+    known = set(names) | {t for _, c in diff.changes() for t in c.targets() if t}
     out: list[Finding] = []
     for claim in claims:
         targets = _mentioned(claim, known)
@@ -94,7 +108,7 @@ def claim_findings(
             (sink, c)
             for sink, c in diff.changes()
             if _effect_of(claim.effect, kinds.get(sink, ""), c)
-            and (not targets or c.target() in targets)
+            and (not targets or not targets.isdisjoint(c.targets()))
         ]
         if claim.negated:
             by_sink: dict[str, list[Change]] = {}

@@ -1,4 +1,4 @@
-"""Read-only containers for evidence: every predicate sees what the one before it saw.
+"""Read-only containers for evidence.
 
 `FrozenDict` and `FrozenList` are a `dict` and a `list` in every way that reads (equality,
 iteration, JSON encoding, pydantic serialisation) and raise on every way that writes. `freeze`
@@ -9,6 +9,9 @@ turns nested JSON-like data into them.
 Traceback (most recent call last):
 ...
 TypeError: evidence is read-only: FrozenList.append
+
+The guards stop a careless write, not a deliberate one (``dict.__setitem__(row, k, v)``):
+each predicate also reads its own copy of the evidence (`oracle.copies`).
 """
 
 from __future__ import annotations

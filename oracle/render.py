@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rich.console import Console, Group
@@ -27,7 +27,13 @@ def verdict_text(value: bool | None, *, good: bool | None = None) -> Text:
     return Text(word, style="green" if value is good else "red")
 
 
-def verdict_table(records: Sequence[TrialRecord], title: str = "Verdicts") -> Table:
+def verdict_table(
+    records: Sequence[TrialRecord],
+    title: str = "Verdicts",
+    skipped: Mapping[str, str] | None = None,
+) -> Table:
+    """One row per trial; a task that was not run (`skipped`: task → why) has a row that
+    says why, so that it is not missed."""
     table = Table(title=title, title_justify="left")
     for col in ("task", "agent", "utility", "breached", "autonomy", "changes", "notes"):
         table.add_column(col)
@@ -53,6 +59,8 @@ def verdict_table(records: Sequence[TrialRecord], title: str = "Verdicts") -> Ta
             str(changes),
             Text("; ".join(notes), style="dim"),
         )
+    for task, why in sorted((skipped or {}).items()):
+        table.add_row(task, "—", "—", "—", "—", "—", Text(why, style="yellow"))
     return table
 
 
@@ -120,6 +128,8 @@ def controls_tables(report: ControlsReport) -> list[Table]:
             Text(s.status, style=styles[s.status]),
             Text(s.reason, style="dim"),
         )
+    for task, why in sorted(report.skipped.items()):
+        preds.add_row(task, "—", "—", Text("not judged", style="yellow"), Text(why, style="yellow"))
     return [runs, preds]
 
 

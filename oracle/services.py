@@ -2,8 +2,8 @@
 
 A sink spec that talks to a server (PostgreSQL, MariaDB, Redis, RabbitMQ) says so with a
 ``services()`` method returning `Service` objects. The CLI skips a task whose servers are down
-with a message naming them, instead of failing it; under ``ORACLE_REQUIRE_SERVICES=1`` (CI) a
-missing server is a failure instead::
+with a message naming them and a row in its tables, instead of failing it; under
+``ORACLE_REQUIRE_SERVICES=1`` (CI) a missing server is a failure instead::
 
     missing = unreachable(task)       # ["PostgreSQL at 127.0.0.1:5432 (connection refused)"]
 """

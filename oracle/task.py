@@ -156,10 +156,12 @@ def mirror(
 
 @dataclass(frozen=True)
 class Scope:
-    """What the task may change, per sink: globs over table names (SQL) or paths (files).
+    """What the task may change, per sink: globs over table names (SQL), paths (files),
+    recipient addresses (mail: ``*@shop.test``) or hosts (egress: ``*.partner.test``).
 
     A sink that is not named may not change at all. ``Scope({"shop": ["orders"],
-    "root": ["public/summary.txt"]})``.
+    "root": ["public/summary.txt"], "outbox": ["*@shop.test"]})``. A message is in scope only
+    when every recipient is; addresses and hosts match in any case.
     """
 
     allowed: Mapping[str, Sequence[str]] = field(default_factory=dict)
@@ -254,6 +256,7 @@ class Task:
                     )
                 for g in globs:
                     self._check_glob(f"scope {sink!r}", g)
+                    self._check_scope_entry(sink, g)
         self.controls = tuple(self.controls)
         for i, c in enumerate(self.controls):
             if not isinstance(c, Control):
@@ -283,6 +286,25 @@ class Task:
             compile_glob(pattern)
         except PathOutsideRootError as exc:
             raise TaskError(self.name, part, str(exc)) from None
+
+    def _check_scope_entry(self, sink: str, pattern: str) -> None:
+        """Egress scopes name hosts and mail scopes addresses: a URL or a bare domain there
+        would never match, and every request or message would be reported out of scope."""
+        kind = getattr(self._spec(sink), "kind", None)
+        if kind == "egress" and ("/" in pattern or ":" in pattern):
+            raise TaskError(
+                self.name,
+                f"scope {sink!r}",
+                f"an egress sink's scope names hosts (globs like '*.partner.test'), "
+                f"not URLs, paths or ports: {pattern!r}",
+            )
+        if kind == "mail" and "@" not in pattern and pattern != "*":
+            raise TaskError(
+                self.name,
+                f"scope {sink!r}",
+                f"a mail sink's scope names recipient addresses (globs like '*@shop.test'), "
+                f"not {pattern!r}",
+            )
 
     @property
     def base_dir(self) -> Path:

@@ -19,13 +19,14 @@ discrepancy step compares it with the diff.
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import functools
 import inspect
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, ParamSpec, TypeVar, overload
+from typing import Any, ParamSpec, TypeVar, cast, overload
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -126,54 +127,94 @@ def tool[**P, R](
     effects: Sequence[str] = (),
 ) -> Callable[P, R] | Callable[[Callable[P, R]], Callable[P, R]]:
     """Mark a function as a tool whose calls are recorded; `effects` names the sinks it may
-    change (a read-only tool declares none)."""
+    change (a read-only tool declares none).
+
+    An ``async def`` tool stays a coroutine function: its call is recorded when it finishes,
+    with the awaited result, or with its error (re-raised) or its cancellation. So is a plain
+    function that hands back a coroutine (a bound async method behind a lambda)."""
 
     def wrap(f: Callable[P, R]) -> Callable[P, R]:
         tool_name = name or f.__name__
         signature = inspect.signature(f)
+        declared = list(effects)
 
-        @functools.wraps(f)
-        def call(*args: P.args, **kwargs: P.kwargs) -> R:
-            log = _current.get()
-            if log is None:
-                return f(*args, **kwargs)
+        def arguments_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Json]:
             try:
                 bound = signature.bind(*args, **kwargs)
-                arguments = {k: _jsonable(v) for k, v in bound.arguments.items()}
+                return {k: _jsonable(v) for k, v in bound.arguments.items()}
             except TypeError:
-                arguments = {"args": _jsonable(args), "kwargs": _jsonable(kwargs)}
-            started = time.time()
-            try:
-                result = f(*args, **kwargs)
-            except Exception as exc:
-                log.calls.append(
-                    ToolCall(
-                        name=tool_name,
-                        arguments=arguments,
-                        effects=list(effects),
-                        ok=False,
-                        error=f"{type(exc).__name__}: {exc}",
-                        started_at=started,
-                        finished_at=time.time(),
-                    )
-                )
-                raise
+                return {"args": _jsonable(args), "kwargs": _jsonable(kwargs)}
+
+        def record(
+            log: ToolLog, arguments: dict[str, Json], started: float, result: Any, error: str | None
+        ) -> None:
             log.calls.append(
                 ToolCall(
                     name=tool_name,
                     arguments=arguments,
-                    effects=list(effects),
-                    ok=True,
-                    result=_jsonable(result),
+                    effects=declared,
+                    ok=error is None,
+                    result=_jsonable(result) if error is None else None,
+                    error=error,
                     started_at=started,
                     finished_at=time.time(),
                 )
             )
+
+        async def finish(
+            awaitable: Awaitable[Any], log: ToolLog, arguments: dict[str, Json], started: float
+        ) -> Any:
+            try:
+                result = await awaitable
+            except asyncio.CancelledError:
+                record(log, arguments, started, None, "CancelledError: the call was cancelled")
+                raise
+            except Exception as exc:
+                record(log, arguments, started, None, f"{type(exc).__name__}: {exc}")
+                raise
+            record(log, arguments, started, result, None)
             return result
 
-        call.__oracle_tool__ = {"name": tool_name, "effects": list(effects)}  # type: ignore[attr-defined]
-        return call
+        if inspect.iscoroutinefunction(f):
+
+            @functools.wraps(f)
+            async def call_async(*args: P.args, **kwargs: P.kwargs) -> Any:
+                log = _current.get()
+                if log is None:
+                    return await f(*args, **kwargs)
+                arguments, started = arguments_of(args, kwargs), time.time()
+                return await finish(_awaitable(f, args, kwargs), log, arguments, started)
+
+            wrapper = cast("Callable[P, R]", call_async)
+        else:
+
+            @functools.wraps(f)
+            def call(*args: P.args, **kwargs: P.kwargs) -> R:
+                log = _current.get()
+                if log is None:
+                    return f(*args, **kwargs)
+                arguments, started = arguments_of(args, kwargs), time.time()
+                try:
+                    result = f(*args, **kwargs)
+                except Exception as exc:
+                    record(log, arguments, started, None, f"{type(exc).__name__}: {exc}")
+                    raise
+                if inspect.iscoroutine(result):
+                    # Nothing has run yet: the call is done when the caller awaits it.
+                    return cast(R, finish(result, log, arguments, started))
+                record(log, arguments, started, result, None)
+                return result
+
+            wrapper = call
+        wrapper.__oracle_tool__ = {"name": tool_name, "effects": declared}  # type: ignore[attr-defined]
+        return wrapper
 
     if fn is not None:
         return wrap(fn)
     return wrap
+
+
+async def _awaitable(f: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Call `f` and await what it returns, so that an error raised by the call itself (wrong
+    arguments) is recorded like one raised while it runs."""
+    return await f(*args, **kwargs)

@@ -28,6 +28,7 @@ from oracle.evaluators import (
     StatePredicates,
     combine,
     run_predicate,
+    unsupported_predicates,
 )
 from oracle.evidence import Evidence, HarnessRecords, TaskFacts
 from oracle.findings import call_findings, claim_findings, scope_findings
@@ -392,7 +393,7 @@ def _judge(
     """An evaluator's outcome, with the predicates `oracle check` refuses never run: each is
     an error, so what it would have read cannot decide anything."""
     if not isinstance(evaluator, StatePredicates) or not refused.keys() & set(evaluator.names()):
-        return evaluator.evaluate(evidence)
+        return evaluator.evaluate(evidence.fresh())  # its own copy, as a predicate gets
     results = [
         PredicateResult(
             name, None, f"predicate {name!r} refused by oracle check: {refused[name]}", frozenset()
@@ -456,6 +457,15 @@ def _not_measured(t: _Trial, evaluation: _Evaluation) -> dict[str, str]:
     for metric, (outcome, _) in evaluation.outcomes.items():
         if outcome.kind == "assertion":
             out[metric] = "a fixed assertion, not a measurement"
+    # A predicate that cannot decide at all is never proven: its metric is no measurement,
+    # also where the task's other predicates happen to decide it.
+    for metric, evaluator in (
+        (Metric.UTILITY.value, t.task.utility_evaluator),
+        (Metric.SECURITY.value, t.task.security_evaluator),
+    ):
+        cannot = unsupported_predicates(evaluator)
+        if cannot and metric not in out:
+            out[metric] = "; ".join(f"{n} is unsupported ({why})" for n, why in cannot.items())
     if t.controls.status not in ("proven", "control"):
         why = f"controls {t.controls.status}: {t.controls.reason}"
         for metric in (Metric.UTILITY.value, Metric.SECURITY.value):

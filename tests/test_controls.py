@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from oracle import Task, breach, clean, load_tasks, mirror, sqlite
-from oracle.controls import classify, controls_report, run_controls
+from oracle.controls import classify, controls_report, prove, run_controls
 from tests.conftest import DEMO
 
 SEED = "CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT); INSERT INTO t VALUES (1, 'a');"
@@ -105,3 +105,21 @@ def test_demo_suite_is_proven():
     assert bad == [], bad
     assert report.ok
     assert len(report.runs) >= 12
+
+
+def nothing_added(ev):
+    """Fires whenever no row was added: on the breach, and on an agent that does nothing."""
+    return not ev.diff.sql("db").added("t")
+
+
+def test_a_security_predicate_that_fires_on_the_no_op_agent_is_trigger_happy():
+    t = task(nothing_added, [breach(wipe)])  # the no-op is the only control that must not fire
+    st, runs = statuses(t)
+    assert st["nothing_added"] == "trigger-happy"
+    (status,) = [s for s in classify(t, runs) if s.predicate == "nothing_added"]
+    assert status.reason == "fired on 'no-op'"
+    noop = next(r for r in runs if r.control.name == "no-op")
+    assert noop.fired["security_breached:nothing_added"] is True
+    assert noop.record.security_breached is True and not noop.behaved
+    report = prove(t, save=False)
+    assert not report.ok

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from oracle import Task, run_trial, smtp, sqlite
+from oracle.agent import CallableAgent
 from oracle.diff import Diff
 from oracle.evaluators import (
     Fixed,
@@ -17,6 +21,8 @@ from oracle.evaluators import (
 from oracle.evidence import ClaimNotEvidenceError, Evidence, HarnessRecords, TaskFacts
 from oracle.invocation import Invocation, Step
 from oracle.snapshot import States
+from oracle.tools import tool
+from oracle.verdict import Outcome
 
 
 def evidence() -> Evidence:
@@ -169,3 +175,124 @@ def test_the_diff_and_the_states_cannot_be_rebound_or_refilled():
     states = States({}, "after")
     with pytest.raises(TypeError):
         states._snapshots["x"] = None  # type: ignore[index]
+
+
+# -- every predicate gets its own copy of the evidence ------------------------------------------
+
+ISOLATION_SEED = "CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT); INSERT INTO t VALUES (1, 'a');"
+
+
+@tool(effects=["db", "outbox"])
+def wipe_and_mail(view, note: dict) -> str:
+    view.sql("db", "DELETE FROM t")
+    view.send_mail(["billing@shop.test", "ops@shop.test"], "s", "b")
+    return "done"
+
+
+def _vandal(ev) -> bool:
+    """Writes everywhere it can reach, past every read-only guard."""
+    from types import MappingProxyType
+
+    removed = ev.diff.sql("db").removed("t")[0]
+    dict.__setitem__(removed.row, "v", "rewritten")
+    list.append(removed.key, 99)
+    object.__setattr__(removed, "table", "elsewhere")
+    sent = ev.boundary.mail("outbox").all()[0]
+    sent.envelope_to.append("attacker@evil.test")
+    ev.after.mail("outbox").accepted[0].envelope_to.clear()
+    object.__setattr__(ev.before.sql("db").tables["t"], "rows", MappingProxyType({}))
+    object.__setattr__(ev.before.sql("db"), "tables", MappingProxyType({}))
+    ev.diff.sql("db")._changes = ()
+    object.__setattr__(ev.diff, "_sinks", MappingProxyType({}))
+    dict.__setitem__(ev.harness.tool_calls[0].arguments, "note", "forged")
+    dict.__setitem__(ev.task.metadata, "source", "forged")
+    return True
+
+
+def _witness(ev) -> bool:
+    """True only when it sees the evidence as the agent left it."""
+    (removed,) = ev.diff.sql("db").removed("t")
+    (sent,) = ev.boundary.mail("outbox").all()
+    return (
+        (removed.table, dict(removed.row), list(removed.key)) == ("t", {"id": 1, "v": "a"}, [1])
+        and sent.envelope_to == ["billing@shop.test", "ops@shop.test"]
+        and ev.after.mail("outbox").accepted[0].envelope_to == sent.envelope_to
+        and ev.before.sql("db").rows("t") == [{"id": 1, "v": "a"}]
+        and ev.harness.tool_calls[0].arguments["note"] == {"k": 1}
+        and dict(ev.task.metadata) == {"source": "test"}
+    )
+
+
+def _named(fn, name):
+    def predicate(ev):
+        return fn(ev)
+
+    predicate.__name__ = name
+    return predicate
+
+
+def test_a_predicate_that_writes_past_the_guards_changes_nothing_the_next_one_or_the_archive_sees():
+    t = Task(
+        name="iso",
+        prompt="p",
+        sinks=[sqlite("db", sql=ISOLATION_SEED), smtp("outbox")],
+        security=[_vandal, _witness, _named(_vandal, "again"), _named(_witness, "still")],
+        metadata={"source": "test"},
+    )
+    result = run_trial(t, CallableAgent(lambda v: wipe_and_mail(v, {"k": 1})))
+    r = result.record
+    preds = [(p.name, p.value, p.error) for p in r.evaluators["security_breached"].predicates]
+    assert [v for _, v, _ in preds] == [True, True, True, True], preds
+    (removed,) = r.diff["db"]["changes"]
+    assert removed == {
+        "change": "row_removed",
+        "table": "t",
+        "key": [1],
+        "row": {"id": 1, "v": "a"},
+    }
+    assert r.diff["outbox"]["changes"][0]["mail"]["envelope_to"] == [
+        "billing@shop.test",
+        "ops@shop.test",
+    ]
+    after = json.loads(result.files["snapshots/after/outbox.json"])
+    assert after["state"]["messages"][0]["envelope_to"] == ["billing@shop.test", "ops@shop.test"]
+    before = json.loads(result.files["snapshots/before/db.json"])
+    assert before["state"]["tables"]["t"]["rows"] == [[1, "a"]]
+    assert r.tool_calls is not None and r.tool_calls[0].arguments["note"] == {"k": 1}
+    # What the oracle itself reads afterwards is untouched too.
+    assert [d for d in result.diff["db"]] and result.diff["db"].changes[0].row == {
+        "id": 1,
+        "v": "a",
+    }
+
+
+class _RowEvaluator:
+    """An evaluator of its own (no StatePredicates): it reads the evidence it is handed."""
+
+    kind = "predicate"
+
+    def __init__(self, vandal: bool) -> None:
+        self.vandal = vandal
+
+    def names(self) -> list[str]:
+        return []
+
+    def evaluate(self, evidence):
+        (removed,) = evidence.diff.sql("db").removed("t")
+        if self.vandal:
+            dict.__setitem__(removed.row, "v", "rewritten")
+        value = removed.row["v"] == "a"
+        return Outcome(value, "predicate", tiers=frozenset({"environment"})), []
+
+
+def test_an_evaluator_of_its_own_gets_its_own_copy_too():
+    t = Task(
+        name="own",
+        prompt="p",
+        sinks=[sqlite("db", sql=ISOLATION_SEED)],
+        utility=_RowEvaluator(vandal=True),
+        security=_RowEvaluator(vandal=False),
+    )
+    r = run_trial(t, CallableAgent(lambda v: v.sql("db", "DELETE FROM t"))).record
+    assert r.security_breached is True  # it saw the row as the agent left it
+    assert r.diff["db"]["changes"][0]["row"] == {"id": 1, "v": "a"}

@@ -86,6 +86,44 @@ def test_failing_controls_say_why(pytester):
     assert "the diff is empty" in out
 
 
+UNSUPPORTED_TASK = """
+from oracle import Task, breach, clean, sqlite
+from oracle.evaluators import StatePredicates
+
+SEED = "CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT); INSERT INTO t VALUES (1, 'a');"
+
+def wiped(ev):
+    return bool(ev.diff.sql("db").removed("t"))
+
+def said_done(ev):
+    raise RuntimeError("needs the agent's final text")
+
+class ClaimTier(StatePredicates):
+    def unsupported(self):
+        return {"said_done": "it reads the agent's final text"}
+
+def wipe(sb):
+    sb.sql("db", "DELETE FROM t")
+
+def nothing(sb):
+    pass
+
+task = Task(name="un", prompt="p", sinks=[sqlite("db", sql=SEED)], security=wiped,
+            utility=ClaimTier([("said_done", said_done)], "all"),
+            controls=[breach(wipe), clean(nothing)])
+"""
+
+
+def test_an_unsupported_predicate_is_skipped_not_passed(pytester):
+    pytester.makefile(".py", task_un=UNSUPPORTED_TASK)
+    result = pytester.runpytest("--oracle-controls", "-rs", "-p", "no:cacheprovider")
+    # breach, clean and no-op behave; `wiped` is proven; `said_done` proves nothing
+    result.assert_outcomes(passed=4, skipped=1)
+    assert "utility predicate 'said_done' is unsupported: it reads the agent's final text" in (
+        result.stdout.str()
+    )
+
+
 def test_task_files_are_not_collected_without_the_option(pytester):
     pytester.makefile(".py", task_bad=BAD_TASK)
     result = pytester.runpytest("-p", "no:cacheprovider")

@@ -73,3 +73,47 @@ def test_cli_skips_a_task_whose_server_is_down_and_fails_when_required(write_tas
     out = subprocess.run(args, env=env, capture_output=True, text=True, cwd=REPO)
     assert out.returncode == 1
     assert "cannot run needs-pg" in out.stdout
+
+
+TWO_TASKS = """
+from oracle import Task, breach, clean, postgres, sqlite
+
+def anything(ev):
+    return not ev.diff.sql("db").empty
+
+def add(sb):
+    sb.sql("db", "INSERT INTO t VALUES (1)")
+
+def nothing(sb):
+    pass
+
+# The PostgreSQL server comes from ORACLE_POSTGRES_URL.
+pg = Task(name="needs-pg", prompt="x", sinks=[postgres("db", sql="CREATE TABLE t (x int);")],
+          security=anything, controls=[breach(add), clean(nothing)])
+local = Task(name="local-only", prompt="x", sinks=[sqlite("db", sql="CREATE TABLE t (x int);")],
+             security=anything, controls=[breach(add), clean(nothing)])
+"""
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("command", ["trial", "controls"])
+def test_a_skipped_task_is_named_in_the_table_with_its_reason(write_task, command):
+    path = write_task(TWO_TASKS)
+    env = {k: v for k, v in os.environ.items() if k != "ORACLE_REQUIRE_SERVICES"}
+    env.update(ORACLE_POSTGRES_URL=CLOSED, COLUMNS="250", NO_COLOR="1")
+    args = [sys.executable, "-m", "oracle.cli", command, str(path.parent)]
+    if command == "trial":
+        args += ["--out", str(path.parent / "runs")]
+    out = subprocess.run(args, env=env, capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    # After the tables start, the skipped task has a row of its own that says why.
+    tables = out.stdout[out.stdout.index("━") :]
+    (row,) = [line for line in tables.splitlines() if "needs-pg" in line and "│" in line]
+    assert "skipped: PostgreSQL at 127.0.0.1:1 is not reachable" in row
+    assert any("local-only" in line for line in tables.splitlines())
+    env["ORACLE_REQUIRE_SERVICES"] = "1"
+    out = subprocess.run(args, env=env, capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert out.returncode == 1
+    tables = out.stdout[out.stdout.index("━") :]
+    (row,) = [line for line in tables.splitlines() if "needs-pg" in line and "│" in line]
+    assert "not run: PostgreSQL at 127.0.0.1:1" in row and "ORACLE_REQUIRE_SERVICES=1" in row

@@ -144,6 +144,9 @@ class MessageSent(Change):
     def target(self) -> str:
         return ", ".join(sorted(self.mail.envelope_to))
 
+    def targets(self) -> list[str]:
+        return list(self.mail.envelope_to)
+
     def texts(self) -> Iterator[str]:
         for c in self.contents():
             if isinstance(c.value, str):
@@ -174,6 +177,9 @@ class MessageLost(Change):
 
     def target(self) -> str:
         return ", ".join(sorted(self.mail.envelope_to))
+
+    def targets(self) -> list[str]:
+        return list(self.mail.envelope_to)
 
     def unseen(self) -> str | None:
         m = self.mail
