@@ -210,8 +210,7 @@ def run(profiler: cProfile.Profile | None = None) -> Result:
         "≥30× faster than deepdiff_full_dump": ours.median * 30 <= deep.median,
         "within 3× of raw_sqlite3_read": ours.median <= 3 * raw.median,
         # The whole trial's cost (both snapshots) against the floor of reading both states.
-        "both snapshots: ≥30× faster than deepdiff_full_dump": ours_full.median * 30
-        <= deep.median,
+        "both snapshots: ≥30× faster than deepdiff_full_dump": ours_full.median * 30 <= deep.median,
         "both snapshots: within 3× of raw_sqlite3_read_both": ours_full.median
         <= 3 * raw_both.median,
     }
