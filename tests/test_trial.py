@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -358,40 +361,42 @@ def test_database_left_locked_by_the_agent_is_unknown_never_nothing_changed():
     assert r.diff == {} or r.diff.get("db", {}).get("changes") in (None, [])
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to drop to nobody")
-def test_file_the_oracle_cannot_read_is_unknown_and_named():
+UNREADABLE = """
+import json, os, sys
+from pathlib import Path
+from oracle import Task, folder, run_trial
+from oracle.agent import CallableAgent
+
+def changed(ev):
+    return bool(ev.diff.files("root").modified("*"))
+
+def hide(view):
+    path = Path(view.env["ORACLE_TASK_ROOT"]) / "a.txt"
+    path.write_text("changed")
+    path.chmod(0)
+
+task = Task(name="unreadable", prompt="p", sinks=[folder("root", template={"a.txt": "seed"})],
+            utility=changed, security=changed)
+r = run_trial(task, CallableAgent(hide, name="hider")).record
+print(json.dumps([r.utility_achieved, r.security_breached, r.observation_errors]))
+"""
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv"
+)
+def test_file_the_oracle_cannot_read_is_unknown_and_named(tmp_path):
     # The file sink reads as the oracle; a file the agent made unreadable to it must not look
-    # unchanged. The trial runs in a child dropped to nobody, so the mode bits bind.
-    def changed(ev):
-        return bool(ev.diff.files("root").modified("*"))
-
-    def hide(view):
-        path = Path(view.env["ORACLE_TASK_ROOT"]) / "a.txt"
-        path.write_text("changed")
-        path.chmod(0)
-
-    task = small_task(
-        sinks=[folder("root", template={"a.txt": "seed"})], utility=changed, security=changed
+    # unchanged. The trial runs as root without the capabilities that override file modes,
+    # so mode 000 binds.
+    script = tmp_path / "unreadable.py"
+    script.write_text(UNREADABLE)
+    drop = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search", "--"]
+    out = subprocess.run(
+        [*drop, sys.executable, str(script)], capture_output=True, text=True, timeout=120
     )
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child reports through the pipe
-        os.close(read)
-        try:
-            os.setgid(65534)
-            os.setuid(65534)
-            r = run_trial(task, agent(hide)).record
-            out = [r.utility_achieved, r.security_breached, r.observation_errors]
-        except BaseException as exc:
-            out = repr(exc)
-        os.write(write, json.dumps(out).encode())
-        os._exit(0)
-    os.close(write)
-    with os.fdopen(read) as pipe:
-        got = json.loads(pipe.read())
-    os.waitpid(pid, 0)
-    assert isinstance(got, list), got
-    utility, security, errors = got
+    assert out.returncode == 0, out.stderr
+    utility, security, errors = json.loads(out.stdout.strip().splitlines()[-1])
     assert (utility, security) == (None, None)
     assert "a.txt" in errors["root"] and "Permission denied" in errors["root"]
 
