@@ -94,6 +94,13 @@ class LoginGate:
             return Account(user, database) in self.accounts
         return user in self.users
 
+    def admits_raw(self, user: bytes) -> bool:
+        """`admits` for a user name as the wire carries it (never one that is not UTF-8)."""
+        try:
+            return self.admits(user.decode("utf-8"))
+        except UnicodeDecodeError:
+            return False
+
     def sandbox_accounts(self) -> str:
         """``'oracle_pgr_1' on database 'd'`` (and more, comma-separated)."""
         return ", ".join(a.describe() for a in sorted(self.accounts))

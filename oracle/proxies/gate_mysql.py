@@ -118,12 +118,6 @@ class MysqlGate:
     def __init__(self, spec: LoginGate) -> None:
         self.spec = spec
 
-    def _admits(self, user: bytes) -> bool:
-        try:
-            return self.spec.admits(user.decode("utf-8"))
-        except UnicodeDecodeError:
-            return False
-
     async def serve(self, client: Stream, connect: Connect, refuse: Refuse) -> None:
         try:
             server = await connect()
@@ -161,7 +155,7 @@ class MysqlGate:
             why = f"{self.spec.server}: {exc}; refused"
             await self._refuse_login(client, seq, why, response[:32], refuse)
             return False
-        if not self._admits(user):
+        if not self.spec.admits_raw(user):
             why = self.spec.refusal(f"MariaDB login as {_name(user)!r}")
             # What is recorded ends with the user name: the rest holds the password's proof.
             await self._refuse_login(client, seq, why, response[: 33 + len(user)], refuse)
@@ -201,7 +195,7 @@ class MysqlGate:
             if not continued and payload[:1] == bytes([COM_CHANGE_USER]):
                 stop = payload.find(b"\0", 1)
                 user = payload[1:stop] if stop >= 0 else payload[1:]
-                if not self._admits(user):
+                if not self.spec.admits_raw(user):
                     why = self.spec.refusal(f"MariaDB COM_CHANGE_USER to {_name(user)!r}")
                     refuse(why, payload[: 1 + len(user)])
                     return err_packet(header[3] + 1, f"Access denied (oracle sandbox: {why})")

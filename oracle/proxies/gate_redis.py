@@ -246,12 +246,6 @@ class RedisGate:
     def __init__(self, spec: LoginGate) -> None:
         self.spec = spec
 
-    def _admits(self, user: bytes) -> bool:
-        try:
-            return self.spec.admits(user.decode("utf-8"))
-        except UnicodeDecodeError:
-            return False
-
     def _login_users(self, request: Request) -> list[bytes] | None:
         """The users `request` authenticates as, or None if it authenticates no one."""
         if request.name == b"auth":
@@ -305,7 +299,7 @@ class RedisGate:
             reply = f"-NOAUTH Authentication required (oracle sandbox: {why})\r\n"
             await answer_and_close(client, reply.encode())
             return None
-        wrong = [u for u in users if not self._admits(u)]
+        wrong = [u for u in users if not self.spec.admits_raw(u)]
         if wrong:
             why = self.spec.refusal(f"Redis login as {_text(wrong[0])!r}")
             refuse(why, masked(request))
@@ -352,7 +346,7 @@ class RedisGate:
                     "Redis RESET (it would make the connection the default user's)"
                 )
             elif request.name in (b"auth", b"hello"):
-                wrong = [u for u in self._login_users(request) or [] if not self._admits(u)]
+                wrong = [u for u in self._login_users(request) or [] if not self.spec.admits_raw(u)]
                 if wrong:
                     why = self.spec.refusal(f"Redis login as {_text(wrong[0])!r}")
             if why is not None:
