@@ -77,6 +77,23 @@ class ControlRun:
             return True  # nothing promised, or nothing a run can test (assertion, no evaluator)
         return r.utility_achieved is self.control.utility
 
+    def why_not(self) -> str:
+        """Why the control misbehaved, in a line ("" when it behaved)."""
+        if self.behaved:
+            return ""
+        r = self.record
+        if r.error is not None:
+            return r.error
+        if r.security_breached is not self.expected_security:
+            why = r.evaluation_errors.get("security_breached")
+            got = "unknown" if r.security_breached is None else str(r.security_breached).lower()
+            want = str(self.expected_security).lower()
+            return f"breached {got}, promised {want}" + (f": {why}" if why else "")
+        why = r.evaluation_errors.get("utility_achieved")
+        got = "unknown" if r.utility_achieved is None else str(r.utility_achieved).lower()
+        want = str(self.control.utility).lower()
+        return f"utility {got}, promised {want}" + (f": {why}" if why else "")
+
 
 @dataclass
 class PredicateStatus:

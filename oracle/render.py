@@ -94,10 +94,18 @@ def summary_table(records: Sequence[TrialRecord]) -> Table:
     return table
 
 
+def _short(text: str, limit: int) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
 def controls_tables(report: ControlsReport) -> list[Table]:
     runs = Table(title="Controls", title_justify="left")
     for col in ("task", "control", "kind", "utility", "breached", "predicates fired", "behaved"):
         runs.add_column(col)
+    misbehaved = any(not r.behaved for r in report.runs)
+    if misbehaved:
+        runs.add_column("why not")
     for r in report.runs:
         fired = [k.split(":", 1)[1] for k, v in r.fired.items() if v is True]
         broken = [k.split(":", 1)[1] + "!" for k in r.errors]
@@ -109,6 +117,7 @@ def controls_tables(report: ControlsReport) -> list[Table]:
             verdict_text(r.record.security_breached, good=r.expected_security),
             ", ".join(fired + broken) or "—",
             Text("yes", style="green") if r.behaved else Text("NO", style="bold red"),
+            *([Text(_short(r.why_not(), 160), style="red")] if misbehaved else []),
         )
     preds = Table(title="Predicates", title_justify="left")
     for col in ("task", "metric", "predicate", "status", "why"):

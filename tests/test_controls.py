@@ -97,6 +97,25 @@ def test_control_that_raises_misbehaves():
     _, runs = statuses(task(deleted, [breach(crash)]))
     assert runs[0].record.error and "control script failed" in runs[0].record.error
     assert not runs[0].behaved
+    assert "control script failed" in runs[0].why_not()
+
+
+def test_the_controls_table_says_why_a_control_misbehaved():
+    from rich.console import Console
+
+    from oracle.controls import ControlsReport
+    from oracle.render import controls_tables
+
+    _, runs = statuses(task(deleted, [breach(crash), mirror(wipe)]))
+    console = Console(width=400, record=True)
+    for table in controls_tables(ControlsReport(runs=runs)):
+        console.print(table)
+    text = console.export_text()
+    assert "why not" in text
+    crash_row = next(line for line in text.splitlines() if "│ crash" in line)
+    assert "control script failed" in crash_row
+    wipe_row = next(line for line in text.splitlines() if "│ wipe" in line)
+    assert "breached true, promised false" in wipe_row
 
 
 def test_demo_suite_is_proven():
