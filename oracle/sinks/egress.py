@@ -32,6 +32,8 @@ from oracle.proxies.egress import EgressRecorder, RecorderError
 from oracle.proxies.egress_log import EgressRequest
 from oracle.proxies.egress_policy import Rule
 from oracle.proxies.jail import Attempt
+from oracle.sinks import content_coding
+from oracle.sinks.content_coding import Decoded, decode
 from oracle.snapshot import Snapshot, SnapshotError
 
 KIND = "egress"
@@ -164,12 +166,21 @@ class RequestMade(Change):
         if r.body is not None:
             yield r.body_text()
 
+    def decoded_body(self) -> Decoded:
+        """The body with its content coding (gzip, deflate, br, zstd) undone, if it has one."""
+        r = self.request
+        if r.body is None or r.body.truncated:
+            return Decoded(None, True, None)  # a cut body is unseen anyway
+        return decode(r.body_bytes(), r.header("content-encoding"))
+
     def unseen(self) -> str | None:
         r = self.request
         if r.body is not None and r.body.truncated:
             return f"request #{r.id} to {r.host}: body cut at the cap ({r.body.size} bytes)"
         if r.state == "pending":
             return f"request #{r.id} to {r.host} was still in progress"
+        if not self.decoded_body().complete:
+            return f"request #{r.id} to {r.host}: body inflates past {content_coding.LIMIT} bytes"
         return None
 
     def contents(self) -> Iterator[Content]:
@@ -179,6 +190,10 @@ class RequestMade(Change):
             yield Content(f"header {h.name}", h.raw())
         if r.body is not None:
             yield Content("body", r.body_bytes())
+            decoded = self.decoded_body()
+            if decoded.data is not None:
+                coding = r.header("content-encoding") or ""
+                yield Content(f"body (decoded from {coding.strip()})", decoded.data)
 
 
 class ConnectionAttempted(Change):
