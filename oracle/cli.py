@@ -386,7 +386,8 @@ def controls(
     ] = DEFAULT_TIMEOUT,
 ) -> None:
     """Run every control of every task (and a no-op agent) and classify each predicate:
-    proven, untested, trigger-happy or broken. The result is saved beside each task file.
+    proven, untested, trigger-happy, broken or unsupported (it reads evidence the task's
+    runs do not have). The result is saved beside each task file.
 
     Exits 1 when a control misbehaves or a predicate is not proven (0 with --report-only), and
     2 when a task file cannot be loaded (its error is printed; the tasks that did load still
