@@ -10,6 +10,7 @@ reach it (``ORACLE_DB_URL_SHOP=sqlite:///…``).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,22 @@ class FixtureError(RuntimeError):
     def __init__(self, sink: str, message: str) -> None:
         self.sink = sink
         super().__init__(f"fixture of sink {sink!r}: {message}")
+
+
+def seed_sql(sink: str, sql: str | None, sql_file: str | None, base_dir: Path) -> str | None:
+    """A SQL sink's seed text: `sql_file` (relative to the task file's folder), then `sql`."""
+    if sql_file is None:
+        return sql
+    path = base_dir / sql_file
+    try:
+        return path.read_text(encoding="utf-8") + "\n" + (sql or "")
+    except OSError as exc:
+        raise FixtureError(sink, f"cannot read sql_file {path}: {exc}") from exc
+
+
+def slug(text: str, limit: int = 20) -> str:
+    """``'Shop DB'`` → ``'shop_db'``: a sink's name as a part of a server-side name."""
+    return re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_")[:limit] or "db"
 
 
 def env_suffix(name: str) -> str:
