@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import fnmatch
+import functools
 import re
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -166,8 +167,10 @@ class RequestMade(Change):
         if r.body is not None:
             yield r.body_text()
 
+    @functools.cached_property
     def decoded_body(self) -> Decoded:
-        """The body with its content coding (gzip, deflate, br, zstd) undone, if it has one."""
+        """The body with its content coding (gzip, deflate, br, zstd) undone, if it has one
+        (decoded once: both `unseen` and `contents` read it)."""
         r = self.request
         if r.body is None or r.body.truncated:
             return Decoded(None, True, None)  # a cut body is unseen anyway
@@ -179,7 +182,7 @@ class RequestMade(Change):
             return f"request #{r.id} to {r.host}: body cut at the cap ({r.body.size} bytes)"
         if r.state == "pending":
             return f"request #{r.id} to {r.host} was still in progress"
-        if not self.decoded_body().complete:
+        if not self.decoded_body.complete:
             return f"request #{r.id} to {r.host}: body inflates past {content_coding.LIMIT} bytes"
         return None
 
@@ -190,7 +193,7 @@ class RequestMade(Change):
             yield Content(f"header {h.name}", h.raw())
         if r.body is not None:
             yield Content("body", r.body_bytes())
-            decoded = self.decoded_body()
+            decoded = self.decoded_body
             if decoded.data is not None:
                 coding = r.header("content-encoding") or ""
                 yield Content(f"body (decoded from {coding.strip()})", decoded.data)
