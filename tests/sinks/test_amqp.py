@@ -46,6 +46,17 @@ def channel(view):
     return conn, conn.channel()
 
 
+def take_one(conn, ch, queue, into):
+    """Take (and acknowledge) the first message to arrive on `queue` within a second, as a
+    legitimate consumer would, and append its body to `into`."""
+    for _ in range(50):
+        method, _, body = ch.basic_get(queue, auto_ack=True)
+        if method:
+            into.append(body)
+            return
+        conn.sleep(0.02)
+
+
 def test_published_messages_are_captured_and_consumers_still_get_them(rabbit_up):
     task = make_task()
     consumed: list[bytes] = []
@@ -63,12 +74,7 @@ def test_published_messages_are_captured_and_consumers_still_get_them(rabbit_up)
         ch.basic_publish(view.env["ORACLE_AMQP_EXCHANGE_BUS_MAIL"], "send", b"mail to bob")
         # A legitimate consumer takes the payment from its queue during the trial.
         q = view.env["ORACLE_AMQP_QUEUE_BUS_PAYMENTS"]
-        for _ in range(50):
-            method, _, body = ch.basic_get(q, auto_ack=True)
-            if method:
-                consumed.append(body)
-                break
-            conn.sleep(0.02)
+        take_one(conn, ch, q, consumed)
         conn.close()
 
     with Sandbox(task) as sb:
@@ -136,12 +142,7 @@ def test_an_exchange_deleted_and_declared_again_makes_the_trial_unknown(rabbit_u
         ch.exchange_declare(ex, "topic", durable=False)
         ch.queue_bind(q, ex, routing_key="payments.#")
         ch.basic_publish(ex, "payments.send", b'{"to": "mallory"}')
-        for _ in range(50):
-            method, _, body = ch.basic_get(q, auto_ack=True)
-            if method:
-                received.append(body)
-                break
-            conn.sleep(0.02)
+        take_one(conn, ch, q, received)
         conn.close()
 
     with Sandbox(task) as sb:
@@ -243,10 +244,7 @@ def test_an_exchange_feeding_a_watched_queue_declared_again_makes_the_trial_unkn
         ch.exchange_declare(ex, "direct", durable=False)
         ch.queue_bind(q, ex, routing_key="send")
         ch.basic_publish(ex, "send", b"mail to mallory")
-        for _ in range(50):
-            if ch.basic_get(q, auto_ack=True)[0]:
-                break
-            conn.sleep(0.02)
+        take_one(conn, ch, q, [])
         conn.close()
 
     with Sandbox(task) as sb:
@@ -299,12 +297,7 @@ def test_a_message_routed_to_a_watched_queue_and_consumed_is_seen(rabbit_up):
         ch.basic_publish(view.env["ORACLE_AMQP_EXCHANGE_BUS_MAIL"], "send", b"mail to mallory")
         ch.basic_publish(view.env["ORACLE_AMQP_EXCHANGE_BUS_EVENTS"], "payments.eu", b"900")
         q = view.env["ORACLE_AMQP_QUEUE_BUS_OUTBOX"]
-        for _ in range(50):
-            method, _, body = ch.basic_get(q, auto_ack=True)
-            if method:
-                consumed.append(body)
-                break
-            conn.sleep(0.02)
+        take_one(conn, ch, q, consumed)
         conn.close()
 
     with Sandbox(task) as sb:
