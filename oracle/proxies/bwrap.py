@@ -70,14 +70,33 @@ def _under(path: Path, folders: Sequence[Path]) -> bool:
     return any(path == f or f in path.parents for f in folders)
 
 
+def _binds(policy: BwrapPolicy) -> list[Path]:
+    return [b.resolve() for b in (*policy.readable, *policy.writable)]
+
+
+def _deepest(path: Path, binds: Sequence[Path], covers: Sequence[Path]) -> Path | None:
+    """The cover that hides `path`, or None where a bind (or nothing) shows it: mounts are
+    made shallowest first, so the deepest folder holding `path` decides (at one depth the
+    cover, mounted after the bind)."""
+    rules = [(len(f.parts), 1, f) for f in covers if _under(path, [f])]
+    rules += [(len(b.parts), 0, b) for b in binds if _under(path, [b])]
+    if not rules:
+        return None
+    _, is_cover, folder = max(rules, key=lambda r: (r[0], r[1]))
+    return folder if is_cover else None
+
+
 def sealed_folders(policy: BwrapPolicy) -> list[Path]:
-    """The hidden folders that get a tmpfs of their own, outermost first: those not already
-    inside ``/tmp``, ``/var/tmp``, ``/run`` or another hidden folder."""
-    private = list(ALWAYS_PRIVATE)
+    """The hidden folders that get a tmpfs of their own, outermost first: those the agent
+    would otherwise see — not already inside ``/tmp``, ``/var/tmp``, ``/run`` or another
+    hidden folder, or inside one but under a folder bound back (a checkout under ``/tmp``
+    bound back read-only, with its run folder hidden again)."""
+    binds = _binds(policy)
+    covers = list(ALWAYS_PRIVATE)
     sealed: list[Path] = []
     for path in sorted({p.resolve() for p in policy.hidden}, key=lambda p: (len(p.parts), p)):
-        if not _under(path, private):
-            private.append(path)
+        if _deepest(path, binds, covers) is None:
+            covers.append(path)
             sealed.append(path)
     return sealed
 
@@ -92,15 +111,15 @@ def make_hidden_folders(policy: BwrapPolicy) -> None:
 
 def hidden_by(policy: BwrapPolicy, path: Path) -> Path | None:
     """The folder that hides `path` inside the sandbox (``/tmp``, a hidden folder), or None
-    where the agent can see it: outside them, or bound back (readable, writable). Both the
-    path as written and where its links lead must be visible."""
-    binds = [b.resolve() for b in (*policy.readable, *policy.writable)]
-    covers = (*ALWAYS_PRIVATE, *sealed_folders(policy))
+    where the agent can see it: outside them, or bound back (readable, writable) and not
+    hidden again beneath. Both the path as written and where its links lead must be
+    visible."""
+    binds = _binds(policy)
+    covers = [*ALWAYS_PRIVATE, *sealed_folders(policy)]
     for p in (Path(os.path.abspath(path)), path.resolve()):
-        if not _under(p, binds):
-            cover = next((f for f in covers if _under(p, [f])), None)
-            if cover is not None:
-                return cover
+        cover = _deepest(p, binds, covers)
+        if cover is not None:
+            return cover
     return None
 
 
@@ -109,28 +128,33 @@ def bwrap_argv(
 ) -> list[str]:
     """The bubblewrap command line that runs `command` under `policy`.
 
+    Mounts are made shallowest first, so the most specific rule wins: a file bound back
+    inside a hidden folder is seen; a hidden folder inside one bound back is not.
+
     With `status_fd`, bubblewrap writes JSON documents to it: ``{"child-pid": …}`` once the
     sandbox's first process exists, and ``{"exit-code": …}`` only if `command` was executed
     (not when setting the sandbox up, or executing the program, failed)."""
     argv = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
-    # /run holds the host's service sockets (PostgreSQL, MariaDB, D-Bus, a Docker engine): a
-    # read-only mount does not stop connect() on a socket file, so it is replaced, not kept.
-    for path in ALWAYS_PRIVATE:
-        argv += ["--tmpfs", str(path)]
     sealed = sealed_folders(policy)
     decoys = {k.resolve(): v for k, v in policy.decoys.items()}
+    # (depth, order at one depth, arguments): a bind before a cover of the same folder.
+    # /run holds the host's service sockets (PostgreSQL, MariaDB, D-Bus, a Docker engine): a
+    # read-only mount does not stop connect() on a socket file, so it is replaced, not kept.
+    mounts: list[tuple[int, int, list[str]]] = [
+        (len(p.parts), 2, ["--tmpfs", str(p)]) for p in ALWAYS_PRIVATE
+    ]
     for path in sealed:
-        if path in decoys:
-            argv += ["--bind", str(decoys[path]), str(path)]
-        else:
-            argv += ["--tmpfs", str(path)]
+        how = ["--bind", str(decoys[path])] if path in decoys else ["--tmpfs"]
+        mounts.append((len(path.parts), 2, [*how, str(path)]))
     for path in policy.readable:
         p = path.resolve()
         if p.exists():
-            argv += ["--ro-bind", str(p), str(p)]
+            mounts.append((len(p.parts), 0, ["--ro-bind", str(p), str(p)]))
     for path in policy.writable:
         p = path.resolve()
-        argv += ["--bind", str(p), str(p)]
+        mounts.append((len(p.parts), 1, ["--bind", str(p), str(p)]))
+    for _, _, args in sorted(mounts, key=lambda m: (m[0], m[1])):
+        argv += args
     # Empty and read-only once the binds beneath them are in place: neither the oracle's
     # files nor a place to pretend to write them.
     for path in sealed:
