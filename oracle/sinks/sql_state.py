@@ -9,8 +9,10 @@ UUIDs as the ISO text that the canonical form writes.
 from __future__ import annotations
 
 import base64
+import datetime as _dt
 import decimal
 import hashlib
+import uuid
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -342,15 +344,27 @@ class SqlState:
         return list(self.tables)
 
     def holds_text(self, where: str, text: str) -> bool:
-        """Whether `text` occurs in a text value of `where` (``table`` or ``table.column``)."""
+        """Whether `text` occurs in a value of `where` (``table`` or ``table.column``) whose
+        canonical form is text: strings, and dates, times and UUIDs as their ISO text (so a
+        state rebuilt from JSON, which holds them as that text, answers alike)."""
         table, _, column = where.partition(".")
         t = self.tables.get(table)
         if t is None:
             return False
         idx = [i for i, c in enumerate(t.column_names) if not column or c == column]
         return any(
-            isinstance(row[i], str) and text in row[i] for row in t.rows.values() for i in idx
+            (s := _as_text(row[i])) is not None and text in s
+            for row in t.rows.values()
+            for i in idx
         )
+
+
+def _as_text(value: Any) -> str | None:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, _dt.date | _dt.time | uuid.UUID):
+        return str(to_jsonable(value))
+    return None
 
 
 class _StateJson(TypedDict):
