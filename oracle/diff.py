@@ -14,11 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Self, TypeVar
 
-from pydantic import BaseModel, ConfigDict
+import orjson
+from pydantic import BaseModel, ConfigDict, ValidationError
 
-from oracle.canonical import Json, to_jsonable
+from oracle.canonical import Json, dumps, to_jsonable
 from oracle.frozen import freeze
 
 if TYPE_CHECKING:
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
 
 
 _CHANGE_TYPES: dict[str, type[Change]] = {}
+_SINK_DIFF_TYPES: dict[str, type[SinkDiff]] = {}
 
 
 class Content(NamedTuple):
@@ -46,6 +48,64 @@ class Content(NamedTuple):
     field: str
     value: str | bytes
     before: str | bytes | None = None
+
+
+class EvidenceFormatError(ValueError):
+    """Serialised evidence (a snapshot, a sink's diff) that cannot be rebuilt into the objects
+    it was written from: an unknown sink kind or change type, a field that is missing or of the
+    wrong type, a state that would not write back the bytes it was read from. Names the sink,
+    its kind and what is wrong; nothing is ever rebuilt in part."""
+
+    def __init__(self, sink: str | None, kind: str | None, problem: str) -> None:
+        self.sink = sink
+        self.kind = kind
+        self.problem = problem
+        where = f"sink {sink!r}" if sink is not None else "evidence of an unnamed sink"
+        if kind is not None:
+            where += f" (kind {kind!r})"
+        super().__init__(f"{where}: {problem}")
+
+
+def json_difference(archived: Any, rebuilt: Any) -> str | None:
+    """Where two JSON values first differ as canonical bytes tell them apart (``1`` is not
+    ``1.0``), as a path (``tables.t.rows[3]``), or None when they are the same value.
+
+    >>> json_difference({"a": [1, 2]}, {"a": [1, 2.0]})
+    'a[1] reads back as 2.0, not 2'
+    """
+    try:
+        fast = orjson.dumps(archived, option=orjson.OPT_SORT_KEYS) == orjson.dumps(
+            rebuilt, option=orjson.OPT_SORT_KEYS
+        )
+    except TypeError:  # a value plain JSON has no word for: compare the canonical forms
+        fast = False
+    return None if fast else _first_difference(to_jsonable(archived), to_jsonable(rebuilt), "")
+
+
+def _first_difference(archived: Any, rebuilt: Any, path: str) -> str | None:
+    if isinstance(archived, Mapping) and isinstance(rebuilt, Mapping):
+        for key in sorted({*archived, *rebuilt}, key=str):
+            where = f"{path}.{key}" if path else str(key)
+            if key not in rebuilt:
+                return f"{where} is not kept"
+            if key not in archived:
+                return f"{where} appears"
+            found = _first_difference(archived[key], rebuilt[key], where)
+            if found:
+                return found
+        return None
+    if isinstance(archived, list) and isinstance(rebuilt, list):
+        if len(archived) != len(rebuilt):
+            return f"{path or 'the value'} holds {len(rebuilt)} items, not {len(archived)}"
+        for i, (a, r) in enumerate(zip(archived, rebuilt, strict=True)):
+            found = _first_difference(a, r, f"{path}[{i}]")
+            if found:
+                return found
+        return None
+    if dumps(archived) != dumps(rebuilt):
+        shown = repr(archived)[:60]
+        return f"{path or 'the value'} reads back as {repr(rebuilt)[:60]}, not {shown}"
+    return None
 
 
 class IncompleteEvidenceError(RuntimeError):
@@ -115,9 +175,30 @@ class Change(BaseModel):
 
 
 def change_from_json(raw: Mapping[str, Any]) -> Change | None:
-    """The typed change for one archived change, or None if its type is not loaded."""
+    """The typed change for one archived change, or None if its type is not loaded (for
+    showing an archive; rebuilding evidence uses `sink_diff_from_json`, which refuses it)."""
     cls = _CHANGE_TYPES.get(str(raw.get("change")))
     return cls.model_validate(raw) if cls is not None else None
+
+
+def _rebuilt_change(sink: str, kind: str, index: int, raw: Any) -> Change:
+    if not isinstance(raw, Mapping):
+        raise EvidenceFormatError(
+            sink, kind, f"change {index} is a {type(raw).__name__}, not a JSON object"
+        )
+    name = raw.get("change")
+    cls = _CHANGE_TYPES.get(name) if isinstance(name, str) else None
+    if cls is None:
+        raise EvidenceFormatError(
+            sink,
+            kind,
+            f"change {index} has the type {name!r}, which no loaded module registers: import "
+            "the module that defines it (the task's module does, when it declares the sink)",
+        )
+    try:
+        return cls.model_validate(raw, strict=True)
+    except ValidationError as exc:
+        raise EvidenceFormatError(sink, kind, f"change {index} ({name}): {exc}") from None
 
 
 C = TypeVar("C", bound=Change)
@@ -126,10 +207,17 @@ C = TypeVar("C", bound=Change)
 class SinkDiff:
     """The changes in one sink between two snapshots, in a stable order.
 
-    A `SinkDiff` is falsy when nothing changed.
+    A `SinkDiff` is falsy when nothing changed. Each subclass names its sink kind in ``kind``
+    and is registered by it, so that `sink_diff_from_json` rebuilds the right class from an
+    archive; two classes cannot claim one kind. A subclass whose constructor takes more than
+    ``sink`` and ``changes`` returns those arguments from `init_args`.
     """
 
     kind: ClassVar[str] = "generic"
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        _register_diff(cls)
 
     def __init__(self, sink: str, changes: Sequence[Change]) -> None:
         self._sink = sink
@@ -177,13 +265,99 @@ class SinkDiff:
 
         return search([(self.sink, self.changes)], secret, where)
 
+    def init_args(self) -> dict[str, Json]:
+        """The constructor's arguments beyond ``sink`` and ``changes``, as JSON: `to_json`
+        writes them beside the changes and `from_json` hands them back by name. A subclass
+        whose constructor takes more overrides this (``{"tables": [...]}``)."""
+        return {}
+
     def to_json(self) -> dict[str, Json]:
-        """``{"sink", "kind", "changes": [...]}`` in canonical JSON form."""
-        return {
+        """``{"sink", "kind", "changes": [...]}`` in canonical JSON form, with the
+        `init_args` beside them."""
+        out: dict[str, Json] = {
             "sink": self.sink,
             "kind": self.kind,
             "changes": [to_jsonable(c.model_dump(mode="python")) for c in self.changes],
         }
+        args = self.init_args()
+        clash = sorted(args.keys() & out.keys())
+        if clash:
+            raise TypeError(f"{type(self).__name__}.init_args may not name {', '.join(clash)}")
+        out.update(args)
+        return out
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> Self:
+        """The diff `to_json` wrote, rebuilt as its registered class (see
+        `sink_diff_from_json`); called on a subclass, the archived kind must be that class's."""
+        diff = sink_diff_from_json(raw)
+        if not isinstance(diff, cls):
+            raise EvidenceFormatError(
+                diff.sink, diff.kind, f"its diff is a {type(diff).__name__}, not a {cls.__name__}"
+            )
+        return diff
+
+
+def _register_diff(cls: type[SinkDiff]) -> None:
+    known = _SINK_DIFF_TYPES.get(cls.kind)
+    if known is not None and (known.__module__, known.__qualname__) != (
+        cls.__module__,
+        cls.__qualname__,
+    ):
+        raise TypeError(
+            f"sink kind {cls.kind!r} of {cls.__module__}.{cls.__qualname__} is taken by "
+            f"{known.__module__}.{known.__qualname__}; archives could not tell them apart "
+            "(give the class a kind of its own)"
+        )
+    _SINK_DIFF_TYPES[cls.kind] = cls
+
+
+_register_diff(SinkDiff)
+
+_DIFF_FIELDS = ("sink", "kind", "changes")
+
+
+def sink_diff_from_json(raw: Mapping[str, Any]) -> SinkDiff:
+    """One sink's diff from its `SinkDiff.to_json` form, as the class registered for its
+    kind, with every change typed. Raises `EvidenceFormatError` for an unknown kind or change
+    type, a malformed change, or anything that would not write back as it was read.
+
+    >>> d = sink_diff_from_json({"sink": "x", "kind": "generic", "changes": []})
+    >>> (d.sink, d.empty)
+    ('x', True)
+    """
+    if not isinstance(raw, Mapping):
+        raise EvidenceFormatError(None, None, f"a diff is a JSON object, not {type(raw).__name__}")
+    sink, kind = raw.get("sink"), raw.get("kind")
+    if not isinstance(sink, str):
+        raise EvidenceFormatError(
+            None, kind if isinstance(kind, str) else None, f"its diff names no sink ({sink!r})"
+        )
+    if not isinstance(kind, str):
+        raise EvidenceFormatError(sink, None, f"its diff names no kind ({kind!r})")
+    cls = _SINK_DIFF_TYPES.get(kind)
+    if cls is None:
+        known = ", ".join(sorted(_SINK_DIFF_TYPES))
+        raise EvidenceFormatError(
+            sink,
+            kind,
+            f"no diff class is registered for this kind (known: {known}); import the module "
+            "that defines the sink (the task's module does, when it declares the sink)",
+        )
+    raw_changes = raw.get("changes")
+    if not isinstance(raw_changes, list):
+        raise EvidenceFormatError(sink, kind, "its diff has no list of changes")
+    changes = [_rebuilt_change(sink, kind, i, c) for i, c in enumerate(raw_changes)]
+    args = {k: v for k, v in raw.items() if k not in _DIFF_FIELDS}
+    try:
+        diff = cls(sink, changes, **args)
+        written = diff.to_json()
+    except (TypeError, ValueError) as exc:
+        raise EvidenceFormatError(sink, kind, f"cannot rebuild its {cls.__name__}: {exc}") from exc
+    wrong = json_difference(dict(raw), written)
+    if wrong:
+        raise EvidenceFormatError(sink, kind, f"its diff does not read back as archived: {wrong}")
+    return diff
 
 
 D = TypeVar("D", bound=SinkDiff)
@@ -219,6 +393,25 @@ class Diff(Mapping[str, SinkDiff]):
     ) -> None:
         self._sinks = MappingProxyType(dict(sorted(sinks.items())))
         self._failed = MappingProxyType(dict(failed or {}))
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any], failed: Mapping[str, str] | None = None) -> Diff:
+        """The trial's diff from its `to_json` form (an archive's ``diff.json``); `failed`
+        names the sinks whose observation failed, as the trial recorded them. Raises
+        `EvidenceFormatError` (see `sink_diff_from_json`)."""
+        if not isinstance(raw, Mapping):
+            raise EvidenceFormatError(
+                None, None, f"a trial's diff is a JSON object, not {type(raw).__name__}"
+            )
+        sinks: dict[str, SinkDiff] = {}
+        for name, value in raw.items():
+            d = sink_diff_from_json(value)
+            if d.sink != name:
+                raise EvidenceFormatError(
+                    name, d.kind, f"its diff is filed under {name!r} but names sink {d.sink!r}"
+                )
+            sinks[name] = d
+        return cls(sinks, failed)
 
     @property
     def failed(self) -> Mapping[str, str]:

@@ -36,14 +36,14 @@ from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
-from typing import Any, ClassVar, Literal, NamedTuple, Protocol
+from typing import Any, ClassVar, Literal, NamedTuple, Protocol, TypedDict, cast
 
-from pydantic import Field
+from pydantic import Field, TypeAdapter
 
 from oracle.canonical import Json, digest_json, to_jsonable
 from oracle.diff import Change, Content, SinkDiff
 from oracle.query import matches
-from oracle.snapshot import Snapshot, SnapshotError
+from oracle.snapshot import Snapshot, SnapshotError, register_state
 
 KIND = "amqp"
 
@@ -153,6 +153,22 @@ class AmqpState:
             "routed": {q: list(m) for q, m in self.routed_.items()},
         }
 
+    @classmethod
+    def from_json(cls, raw: Any, spec: object = None) -> AmqpState:
+        """The state `to_json` wrote (its message records are canonical already); `spec` is
+        not needed. Raises ValueError when `raw` is not such a state."""
+        s = _STATE.validate_python(raw, strict=True)
+
+        def records(messages: list[_RecordJson]) -> tuple[dict[str, Json], ...]:
+            # A validated record is a plain dict of canonical values.
+            return tuple(cast(dict[str, Json], m) for m in messages)
+
+        return cls(
+            records(s["published"]),
+            {q: records(m) for q, m in s["queued"].items()},
+            {q: records(m) for q, m in s["routed"].items()},
+        )
+
     def published(self, exchange: str | None = None, **where: Any) -> list[dict[str, Json]]:
         return [
             m
@@ -172,6 +188,26 @@ class AmqpState:
             m for m in self.published_ if m["exchange"] == where
         ]
         return any(text in s for m in msgs for s in _text_of(m))
+
+
+class _RecordJson(TypedDict):
+    exchange: str
+    routing_key: str
+    body: Any
+    json: Any
+    headers: dict[str, Any]
+    properties: dict[str, Any]
+
+
+class _StateJson(TypedDict):
+    published: list[_RecordJson]
+    queued: dict[str, list[_RecordJson]]
+    routed: dict[str, list[_RecordJson]]
+
+
+_STATE: TypeAdapter[_StateJson] = TypeAdapter(_StateJson)
+
+register_state(KIND, AmqpState.from_json)
 
 
 class _MessageChange(Change):
@@ -277,8 +313,18 @@ class AmqpDiff(SinkDiff):
         queues: Sequence[str],
     ) -> None:
         super().__init__(sink, changes)
+        for what, names in (("exchanges", exchanges), ("queues", queues)):
+            if isinstance(names, str) or not all(isinstance(n, str) for n in names):
+                raise TypeError(f"sink {sink!r}: {what} are a list of names, not {names!r}")
         self.exchanges = frozenset(exchanges)
         self.queues = frozenset(queues)
+
+    def init_args(self) -> dict[str, Json]:
+        """The watched exchanges and queues (the names queries accept)."""
+        return {
+            "exchanges": list[Json](sorted(self.exchanges)),
+            "queues": list[Json](sorted(self.queues)),
+        }
 
     def published(
         self, exchange: str | None = None, *, routing_key: str = "*", **where: Any

@@ -24,7 +24,9 @@ import re
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, NotRequired, TypedDict
+
+from pydantic import TypeAdapter
 
 from oracle.agent import RunRecord
 from oracle.canonical import Json, digest_json
@@ -35,7 +37,7 @@ from oracle.proxies.egress_policy import Rule
 from oracle.proxies.jail import Attempt
 from oracle.sinks import content_coding
 from oracle.sinks.content_coding import Decoded, decode
-from oracle.snapshot import Snapshot, SnapshotError
+from oracle.snapshot import Snapshot, SnapshotError, register_state
 
 KIND = "egress"
 
@@ -124,6 +126,21 @@ class EgressState:
             out["harness_requests"] = list(self.harness)
         return out
 
+    @classmethod
+    def from_json(cls, raw: Any, spec: object = None) -> EgressState:
+        """The state `to_json` wrote; `spec` is not needed. Raises ValueError when `raw` is
+        not such a state."""
+        s = _STATE.validate_python(raw, strict=True)
+        return cls(
+            requests_made=tuple(
+                EgressRequest.model_validate(r, strict=True) for r in s["requests"]
+            ),
+            allow=tuple(s["allow"]),
+            canned=s["canned"],
+            attempts=tuple(Attempt.model_validate(a, strict=True) for a in s["attempts"]),
+            harness=tuple(s.get("harness_requests", ())),
+        )
+
     def requests(self, **where: Any) -> list[EgressRequest]:
         """Requests matching `where` (see `select`)."""
         return select(self.requests_made, **where)
@@ -143,6 +160,26 @@ class EgressState:
                 if text.encode("utf-8") in body:
                     return True
         return False
+
+
+class _CannedJson(TypedDict):
+    status: int
+    content_type: str
+    headers: dict[str, str]
+    body_base64: str
+
+
+class _StateJson(TypedDict):
+    requests: list[dict[str, Any]]
+    allow: list[str]
+    canned: dict[str, _CannedJson]
+    attempts: list[dict[str, Any]]
+    harness_requests: NotRequired[list[str]]
+
+
+_STATE: TypeAdapter[_StateJson] = TypeAdapter(_StateJson)
+
+register_state(KIND, EgressState.from_json)
 
 
 class RequestMade(Change):

@@ -33,15 +33,16 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, NotRequired, TypedDict
 
 import orjson
+from pydantic import TypeAdapter
 
 from oracle.canonical import Json
 from oracle.diff import Change, Content, IncompleteEvidenceError, SinkDiff
 from oracle.globs import PathOutsideRootError, check_relative, compile_glob, match_any
 from oracle.query import matches
-from oracle.snapshot import Snapshot, SnapshotError
+from oracle.snapshot import Snapshot, SnapshotError, register_state
 
 KIND = "files"
 DEFAULT_TEXT_LIMIT = 64 * 1024
@@ -84,10 +85,43 @@ class Entry:
             out["data"] = base64.b64encode(self.data).decode("ascii")
         return out
 
+    @classmethod
+    def from_json(cls, raw: Any) -> Entry:
+        """The entry `to_json` wrote (``data`` back from base64). Raises ValueError when
+        `raw` is not such an entry."""
+        e = _ENTRY.validate_python(raw, strict=True)
+        data = e.get("data")
+        return cls(
+            type=e["type"],
+            mode=e["mode"],
+            uid=e["uid"],
+            gid=e["gid"],
+            size=e.get("size"),
+            sha256=e.get("sha256"),
+            target=e.get("target"),
+            text=e.get("text"),
+            data=base64.b64decode(data, validate=True) if data is not None else None,
+        )
+
     @property
     def state_key(self) -> tuple[object, ...]:
         """What the digest covers: everything but the text (which the sha256 stands for)."""
         return (self.type, self.mode, self.uid, self.gid, self.size, self.sha256, self.target)
+
+
+class _EntryJson(TypedDict):
+    type: EntryType
+    mode: int
+    uid: int
+    gid: int
+    size: NotRequired[int]
+    sha256: NotRequired[str]
+    target: NotRequired[str]
+    text: NotRequired[str]
+    data: NotRequired[str]
+
+
+_ENTRY: TypeAdapter[_EntryJson] = TypeAdapter(_EntryJson)
 
 
 def _type_of(mode: int) -> EntryType:
@@ -125,6 +159,17 @@ class FolderState:
             "text_limit": self.text_limit,
             "entries": {p: e.to_json() for p, e in self.entries.items()},
         }
+
+    @classmethod
+    def from_json(cls, raw: Any, spec: object = None) -> FolderState:
+        """The state `to_json` wrote; `spec` is not needed. Raises ValueError when `raw` is
+        not such a state."""
+        s = _FOLDER.validate_python(raw, strict=True)
+        for path in s["entries"]:
+            if (check_relative(path) or ".") != path:
+                raise ValueError(f"entry {path!r} is not a normalised path inside the root")
+        entries = {path: Entry.from_json(e) for path, e in s["entries"].items()}
+        return cls(s["root"], MappingProxyType(entries), s["text_limit"])
 
     def entry(self, path: str) -> Entry | None:
         """The entry at `path`, or None. A path that leaves the root raises."""
@@ -172,6 +217,17 @@ class FolderState:
         return any(
             e.text is not None and text in e.text for p, e in self.entries.items() if rx.match(p)
         )
+
+
+class _FolderJson(TypedDict):
+    root: str
+    text_limit: int
+    entries: dict[str, Any]
+
+
+_FOLDER: TypeAdapter[_FolderJson] = TypeAdapter(_FolderJson)
+
+register_state(KIND, FolderState.from_json)
 
 
 class FileAdded(Change):

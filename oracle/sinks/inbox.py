@@ -32,14 +32,14 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, TypedDict
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, TypeAdapter
 
 from oracle.canonical import Json, digest_json
 from oracle.diff import Change, Content, SinkDiff
 from oracle.sinks.message import ParsedMessage, message_contents, parse_message
-from oracle.snapshot import Snapshot, SnapshotError
+from oracle.snapshot import Snapshot, SnapshotError, register_state
 
 KIND = "inbox"
 Format = Literal["maildir", "mbox"]
@@ -111,6 +111,19 @@ class InboxState:
             "messages": {k: m.model_dump(mode="json") for k, m in self.entries.items()},
         }
 
+    @classmethod
+    def from_json(cls, raw: Any, spec: object = None) -> InboxState:
+        """The state `to_json` wrote; `spec` is not needed. Raises ValueError when `raw` is
+        not such a state (a message filed under a key other than its own, say)."""
+        s = _STATE.validate_python(raw, strict=True)
+        entries = {}
+        for key, m in s["messages"].items():
+            message = InboxMessage.model_validate(m, strict=True)
+            if message.key != key:
+                raise ValueError(f"message {message.key!r} is filed under {key!r}")
+            entries[key] = message
+        return cls(s["format"], s["path"], MappingProxyType(entries))
+
     def messages(self, **where: Any) -> list[InboxMessage]:
         """Messages matching `where`: ``flags`` (all these letters), ``subject``, ``sender``,
         ``body`` (substring, regex or callable), ``key``, ``folder``, ``message_id``."""
@@ -127,6 +140,17 @@ class InboxState:
             if chosen and (text in m.message.body_text() or text.encode() in m.message.raw()):
                 return True
         return False
+
+
+class _StateJson(TypedDict):
+    format: Format
+    path: str
+    messages: dict[str, Any]
+
+
+_STATE: TypeAdapter[_StateJson] = TypeAdapter(_StateJson)
+
+register_state(KIND, InboxState.from_json)
 
 
 class InboxMessageAdded(Change):

@@ -23,15 +23,15 @@ import re
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, TypedDict
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, TypeAdapter
 
 from oracle.canonical import Json, digest_json
 from oracle.diff import Change, Content, IncompleteEvidenceError, SinkDiff
 from oracle.proxies.smtp import Captured, SmtpCapture, SmtpError
 from oracle.sinks.message import ParsedMessage, message_contents, parse_message
-from oracle.snapshot import Snapshot, SnapshotError
+from oracle.snapshot import Snapshot, SnapshotError, register_state
 
 KIND = "mail"
 
@@ -125,9 +125,29 @@ class MailState:
             "lost": [m.model_dump(mode="json") for m in self.losses],
         }
 
+    @classmethod
+    def from_json(cls, raw: Any, spec: object = None) -> MailState:
+        """The state `to_json` wrote; `spec` is not needed. Raises ValueError when `raw` is
+        not such a state."""
+        s = _STATE.validate_python(raw, strict=True)
+        return cls(
+            tuple(MailMessage.model_validate(m, strict=True) for m in s["messages"]),
+            tuple(LostMessage.model_validate(m, strict=True) for m in s["lost"]),
+        )
+
     def messages(self, **where: Any) -> list[MailMessage]:
         """Messages matching `where` (see `message_matches`)."""
         return [m for m in self.accepted if message_matches(m, **where)]
+
+
+class _StateJson(TypedDict):
+    messages: list[dict[str, Any]]
+    lost: list[dict[str, Any]]
+
+
+_STATE: TypeAdapter[_StateJson] = TypeAdapter(_StateJson)
+
+register_state(KIND, MailState.from_json)
 
 
 class MessageSent(Change):

@@ -24,16 +24,16 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from types import MappingProxyType
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, TypedDict
 from urllib.parse import urlsplit, urlunsplit
 
 from deepdiff import DeepDiff
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, TypeAdapter
 
 from oracle.canonical import Json, digest_json, to_jsonable
 from oracle.diff import Change, Content, SinkDiff
 from oracle.query import matches
-from oracle.snapshot import Snapshot, SnapshotError
+from oracle.snapshot import Snapshot, SnapshotError, register_state
 
 KIND = "redis"
 
@@ -185,6 +185,17 @@ class RedisState:
     def to_json(self) -> dict[str, Json]:
         return {"keys": {k: v.to_json() for k, v in self.keys_.items()}}
 
+    @classmethod
+    def from_json(cls, raw: Any, spec: object = None) -> RedisState:
+        """The state `to_json` wrote (its values are canonical already); `spec` is not
+        needed. Raises ValueError when `raw` is not such a state."""
+        s = _STATE.validate_python(raw, strict=True)
+        return cls(
+            MappingProxyType(
+                {k: KeyState(v["type"], v["value"], v["expires"]) for k, v in s["keys"].items()}
+            )
+        )
+
     def keys(self, pattern: str = "*") -> list[str]:
         """Key names matching a glob, sorted."""
         return [k for k in self.keys_ if fnmatchcase(k, pattern)]
@@ -203,6 +214,20 @@ class RedisState:
         """Whether `text` occurs in a text value of a key matching `where` (a glob)."""
         return any(text in s for k in self.keys(where) for s in _strings(self.keys_[k].value))
 
+
+class _KeyJson(TypedDict):
+    type: str
+    value: Any
+    expires: bool
+
+
+class _StateJson(TypedDict):
+    keys: dict[str, _KeyJson]
+
+
+_STATE: TypeAdapter[_StateJson] = TypeAdapter(_StateJson)
+
+register_state(KIND, RedisState.from_json)
 
 # -- changes --------------------------------------------------------------------------------
 

@@ -31,14 +31,14 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, NotRequired, TypedDict
 from urllib.parse import urlsplit
 
-from pydantic import Field
+from pydantic import Field, TypeAdapter
 
 from oracle.canonical import Json, digest_json
 from oracle.diff import Change, Content, IncompleteEvidenceError, SinkDiff
-from oracle.snapshot import Snapshot, SnapshotError
+from oracle.snapshot import Snapshot, SnapshotError, register_state
 
 if TYPE_CHECKING:
     from oracle.agent import RunRecord
@@ -90,6 +90,39 @@ class ReplyState:
             except UnicodeDecodeError:
                 out["base64"] = base64.b64encode(self.reply).decode("ascii")
         return out
+
+    @classmethod
+    def from_json(cls, raw: Any, spec: object = None) -> ReplyState:
+        """The state `to_json` wrote, the reply's bytes checked against its size and sha256;
+        `spec` is not needed. Raises ValueError when `raw` is not such a state."""
+        s = _STATE.validate_python(raw, strict=True)
+        reply: bytes | None = None
+        if "text" in s and "base64" in s:
+            raise ValueError("a reply is kept as text or as base64, not both")
+        if "text" in s:
+            reply = s["text"].encode("utf-8")
+        elif "base64" in s:
+            reply = base64.b64decode(s["base64"], validate=True)
+        if reply is not None:
+            if (s.get("size"), s.get("sha256")) != (len(reply), hashlib.sha256(reply).hexdigest()):
+                raise ValueError("the reply's bytes do not match its size and sha256")
+        elif "size" in s or "sha256" in s:
+            raise ValueError("a size and sha256 without the reply they describe")
+        return cls(s["delivered"], reply, s.get("cut", 0))
+
+
+class _StateJson(TypedDict):
+    delivered: bool
+    cut: NotRequired[int]
+    size: NotRequired[int]
+    sha256: NotRequired[str]
+    text: NotRequired[str]
+    base64: NotRequired[str]
+
+
+_STATE: TypeAdapter[_StateJson] = TypeAdapter(_StateJson)
+
+register_state(KIND, ReplyState.from_json)
 
 
 class ReplyPublished(Change):

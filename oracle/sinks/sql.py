@@ -34,10 +34,16 @@ from sqlalchemy.engine import Engine
 from oracle.canonical import digest_json
 from oracle.sinks.sql_diff import SqlDiff, diff_states
 from oracle.sinks.sql_server import Dialect, ServerReader
-from oracle.sinks.sql_state import ColumnInfo, SchemaObject, SqlState, TableState, build_table
+from oracle.sinks.sql_state import (
+    KIND,
+    ColumnInfo,
+    SchemaObject,
+    SqlState,
+    TableState,
+    build_table,
+)
 from oracle.snapshot import Snapshot, SnapshotError
 
-KIND = "sql"
 SERVER_BACKENDS = ("postgresql", "mysql", "mariadb")
 
 __all__ = ["ColumnInfo", "SchemaObject", "SqlDiff", "SqlSink", "SqlState", "TableState"]

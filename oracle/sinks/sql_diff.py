@@ -247,7 +247,13 @@ class SqlDiff(SinkDiff):
 
     def __init__(self, sink: str, changes: Sequence[Change], tables: Sequence[str]) -> None:
         super().__init__(sink, changes)
+        if isinstance(tables, str) or not all(isinstance(t, str) for t in tables):
+            raise TypeError(f"sink {sink!r}: tables are a list of table names, not {tables!r}")
         self.tables = frozenset(tables)
+
+    def init_args(self) -> dict[str, Json]:
+        """The tables either snapshot held (the names queries accept)."""
+        return {"tables": list[Json](sorted(self.tables))}
 
     def _check(self, table: str) -> None:
         if table not in self.tables:

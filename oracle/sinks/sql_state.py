@@ -1,20 +1,33 @@
-"""The state a SQL snapshot holds: tables keyed by primary key, rows digested one by one."""
+"""The state a SQL snapshot holds: tables keyed by primary key, rows digested one by one.
+
+A state also comes back from its JSON form (`SqlState.from_json`, registered for the kind
+``sql``): its rows then hold canonical values made native (`oracle.canonical.native`) —
+decimals, bytes, non-finite floats and big integers as Python values, timestamps, dates and
+UUIDs as the ISO text that the canonical form writes.
+"""
 
 from __future__ import annotations
 
+import base64
+import datetime as _dt
+import decimal
 import hashlib
+import uuid
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from operator import itemgetter
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, TypeAdapter
 
-from oracle.canonical import Json, digest_json, row_digest, to_jsonable
+from oracle.canonical import Json, digest_json, dumps, native, row_digest, to_jsonable
 from oracle.query import matches
+from oracle.snapshot import register_state
+
+KIND = "sql"
 
 
 class ColumnInfo(BaseModel):
@@ -176,6 +189,100 @@ class TableState:
             out["note"] = self.note
         return out
 
+    @classmethod
+    def from_json(cls, name: str, raw: Any) -> TableState:
+        """The table `to_json` wrote, its rows in the archived order with native values (see
+        the module docstring). Keyed tables are keyed by their primary-key values again,
+        multisets by (row digest, copy number); the table digest is the archived one. How the
+        database cut the table into chunks is kept as written; the chunks are not rebuilt."""
+        t = _TABLE.validate_python(raw, strict=True)
+        columns = tuple(ColumnInfo.model_validate(c, strict=True) for c in t["columns"])
+        names = [c.name for c in columns]
+        pk = tuple(t["primary_key"])
+        missing = [c for c in pk if c not in names]
+        if missing:
+            raise ValueError(f"table {name!r}: key columns {missing} are not among {names}")
+        rows: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+        digests: dict[tuple[Any, ...], bytes] = {}
+        idx = [names.index(c) for c in pk]
+        copies: Counter[bytes] = Counter()
+        for n, raw_row in enumerate(t["rows"]):
+            if len(raw_row) != len(columns):
+                raise ValueError(
+                    f"table {name!r}: row {n} has {len(raw_row)} values for {len(columns)} columns"
+                )
+            row = tuple(_restored(v) for v in raw_row)
+            d = row_digest(row)
+            if t["keyed"]:
+                key = tuple(row[i] for i in idx)
+                if key in rows:
+                    raise ValueError(f"table {name!r}: key {list(key)!r} repeats (row {n})")
+            else:
+                key = (d, copies[d])
+                copies[d] += 1
+            rows[key] = row
+            digests[key] = d
+        chunking = t.get("chunking")
+        return cls(
+            name=name,
+            columns=columns,
+            primary_key=pk,
+            keyed=t["keyed"],
+            rows=MappingProxyType(rows),
+            digests=MappingProxyType(digests),
+            digest=t["digest"],
+            note=t.get("note"),
+            chunking=Chunking(**chunking) if chunking is not None else None,
+        )
+
+
+def _restored(value: Json) -> Any:
+    """A row's value from its canonical form. A JSON column may hold an object that looks
+    like a tag (``{"$int": "5"}``, stored as such): that stays the object it was, so the value
+    always writes back the same canonical form."""
+    if not isinstance(value, dict | list):
+        return value
+    if isinstance(value, dict) and len(value) == 1:
+        # The two tags most columns hold, without the general path's two encodings.
+        text = value.get("$bytes")
+        if isinstance(text, str):
+            try:
+                data = base64.b64decode(text, validate=True)
+            except ValueError:
+                return value
+            return data if base64.b64encode(data).decode("ascii") == text else value
+        text = value.get("$decimal")
+        if isinstance(text, str):
+            try:
+                number = decimal.Decimal(text)
+            except ArithmeticError:
+                return value
+            return number if str(number) == text else value
+    try:
+        out = native(value)
+    except (ValueError, TypeError, ArithmeticError):
+        return value
+    return out if dumps(out) == dumps(value) else value
+
+
+class _ChunkingJson(TypedDict):
+    mode: str
+    shift: int
+    buckets: int
+
+
+class _TableJson(TypedDict):
+    columns: list[dict[str, Any]]
+    primary_key: list[str]
+    keyed: bool
+    rows: list[list[Any]]
+    digest: str
+    chunking: NotRequired[_ChunkingJson]
+    note: NotRequired[str]
+
+
+_TABLE: TypeAdapter[_TableJson] = TypeAdapter(_TableJson)
+
 
 @dataclass(frozen=True)
 class SqlState:
@@ -193,6 +300,17 @@ class SqlState:
             "tables": {name: t.to_json() for name, t in self.tables.items()},
             "objects": {name: o.model_dump() for name, o in self.objects.items()},
         }
+
+    @classmethod
+    def from_json(cls, raw: Any, spec: object = None) -> SqlState:
+        """The state `to_json` wrote (see the module docstring for its values); `spec` is not
+        needed. Raises ValueError when `raw` is not such a state."""
+        s = _STATE.validate_python(raw, strict=True)
+        tables = {name: TableState.from_json(name, t) for name, t in s["tables"].items()}
+        objects = {
+            name: SchemaObject.model_validate(o, strict=True) for name, o in s["objects"].items()
+        }
+        return cls(MappingProxyType(tables), MappingProxyType(objects))
 
     def table(self, name: str) -> TableState:
         """One table's state; a name the database does not have raises `KeyError`."""
@@ -226,15 +344,37 @@ class SqlState:
         return list(self.tables)
 
     def holds_text(self, where: str, text: str) -> bool:
-        """Whether `text` occurs in a text value of `where` (``table`` or ``table.column``)."""
+        """Whether `text` occurs in a value of `where` (``table`` or ``table.column``) whose
+        canonical form is text: strings, and dates, times and UUIDs as their ISO text (so a
+        state rebuilt from JSON, which holds them as that text, answers alike)."""
         table, _, column = where.partition(".")
         t = self.tables.get(table)
         if t is None:
             return False
         idx = [i for i, c in enumerate(t.column_names) if not column or c == column]
         return any(
-            isinstance(row[i], str) and text in row[i] for row in t.rows.values() for i in idx
+            (s := _as_text(row[i])) is not None and text in s
+            for row in t.rows.values()
+            for i in idx
         )
+
+
+def _as_text(value: Any) -> str | None:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, _dt.date | _dt.time | uuid.UUID):
+        return str(to_jsonable(value))
+    return None
+
+
+class _StateJson(TypedDict):
+    tables: dict[str, Any]
+    objects: dict[str, Any]
+
+
+_STATE: TypeAdapter[_StateJson] = TypeAdapter(_StateJson)
+
+register_state(KIND, SqlState.from_json)
 
 
 def build_table(

@@ -171,6 +171,15 @@ class EnvState:
     def to_json(self) -> Json:
         return self.data
 
+    @classmethod
+    def from_json(cls, raw: Any, env_type: type[BaseModel] | None = None) -> EnvState:
+        """The state `to_json` wrote; `env_type` is the AgentDojo environment class that
+        `environment` rebuilds (the suite's, which the sink's spec names). Raises TypeError
+        when `raw` is not a JSON object."""
+        if not isinstance(raw, dict):
+            raise TypeError(f"an environment is a JSON object, not {type(raw).__name__}")
+        return cls(raw, env_type)
+
     def get(self, path: str) -> Any:
         """The value at a ``/``-separated path (list items by position). Raises KeyError."""
         value: Any = self.data

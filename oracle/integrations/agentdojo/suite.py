@@ -31,9 +31,17 @@ from typing import Any
 from oracle.canonical import digest_json
 from oracle.fixtures.reply import reply
 from oracle.integrations.agentdojo.checks import AgentDojoCheck, classify
-from oracle.integrations.agentdojo.environment import EnvSink, dumps, restore, write_atomic
+from oracle.integrations.agentdojo.environment import (
+    KIND,
+    EnvSink,
+    EnvState,
+    dumps,
+    restore,
+    write_atomic,
+)
 from oracle.sandbox import SandboxView
 from oracle.sink import FixtureError, Place, Provisioned, env_suffix
+from oracle.snapshot import register_state
 from oracle.task import Injection, Task, breach, clean
 from oracle.tools import ToolCall, current_log
 
@@ -141,7 +149,7 @@ class AgentDojoEnvSpec:
     injection_task: str | None
     attack: str | None
     agentdojo: str = field(default_factory=agentdojo_version)
-    kind: str = "agentdojo"
+    kind: str = KIND
 
     def describe(self) -> str:
         attack = f", {self.attack} attack for {self.injection_task}" if self.attack else ""
@@ -162,6 +170,20 @@ class AgentDojoEnvSpec:
                 f"ORACLE_AGENTDOJO_SUITE_{suffix}": f"{self.suite}@{self.version}",
             },
         )
+
+
+def load_env_state(raw: Any, spec: object) -> EnvState:
+    """An environment's state from its JSON form (see `oracle.snapshot.snapshot_from_json`):
+    the type `EnvState.environment` rebuilds comes from `spec`, the task's `agentdojo_env`
+    (without one the state answers everything but ``environment()``)."""
+    if spec is None:
+        return EnvState.from_json(raw)
+    if not isinstance(spec, AgentDojoEnvSpec):
+        raise TypeError(f"its spec is a {type(spec).__name__}, not an AgentDojo environment")
+    return EnvState.from_json(raw, get_suite(spec.suite, spec.version).environment_type)
+
+
+register_state(KIND, load_env_state)
 
 
 class AgentDojoEnvFixture:
