@@ -136,6 +136,7 @@ def load_file(path: Path) -> tuple[list[Task], list[LoadError]]:
             continue
         if t.source is None:
             t.source = path
+        t.origin = path
         unique.append(t)
     return unique, errors
 

@@ -187,6 +187,10 @@ class Task:
 
     ``utility`` and ``security`` take a predicate function, a list of them, ``True``/``False``
     (a fixed assertion, reported as not measured), or nothing (unknown).
+
+    ``predicate_timeout`` is how many seconds each predicate may run (30 by default);
+    ``predicate_timeouts`` overrides it per predicate name. A predicate that runs past its
+    limit makes its metric unknown, and the run goes on.
     """
 
     name: str
@@ -202,6 +206,11 @@ class Task:
     author: str = "task author"
     metadata: Mapping[str, Any] = field(default_factory=dict)
     source: Path | None = None
+    predicate_timeout: float = 30.0
+    predicate_timeouts: Mapping[str, float] = field(default_factory=dict)
+    #: The task file the loader found this task in (None: built in code). A sealed scorer
+    #: loads the task from there itself.
+    origin: Path | None = field(default=None, init=False, repr=False, compare=False)
     utility_evaluator: Evaluator = field(init=False, repr=False)
     security_evaluator: Evaluator = field(init=False, repr=False)
 
@@ -265,6 +274,7 @@ class Task:
                     f"controls[{i}]",
                     "wrap control functions in breach(), clean() or mirror()",
                 )
+        self._check_time_limits()
         control_names = [c.name for c in self.controls]
         for c in self.controls:
             for p in c.fires or ():
@@ -277,6 +287,28 @@ class Task:
         repeated = sorted({n for n in control_names if control_names.count(n) > 1})
         if repeated:
             raise TaskError(self.name, "controls", f"control names repeat: {', '.join(repeated)}")
+
+    def _check_time_limits(self) -> None:
+        limits = {
+            "predicate_timeout": self.predicate_timeout,
+            **{f"predicate_timeouts[{k!r}]": v for k, v in dict(self.predicate_timeouts).items()},
+        }
+        for part, value in limits.items():
+            if type(value) not in (int, float) or not 0 < value < float("inf"):
+                raise TaskError(self.name, part, f"give a number of seconds above 0, not {value!r}")
+        names = {*self.utility_evaluator.names(), *self.security_evaluator.names()}
+        unknown = sorted(set(self.predicate_timeouts) - names)
+        if unknown:
+            known = ", ".join(sorted(names)) or "none"
+            raise TaskError(
+                self.name,
+                "predicate_timeouts",
+                f"names no predicate of the task: {', '.join(unknown)} (predicates: {known})",
+            )
+
+    def spec(self, name: str) -> SinkSpec | None:
+        """The declaration of sink `name` (None where the task declares no such sink)."""
+        return self._spec(name)
 
     def _spec(self, name: str) -> SinkSpec | None:
         return next((s for s in self.sinks if getattr(s, "name", None) == name), None)
