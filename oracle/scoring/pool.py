@@ -1,0 +1,190 @@
+"""Warm scorer processes, shared by the trials of a run, and the sealed scorer that uses them.
+
+A `ScorerPool` keeps one zygote per layout (which folders its scorers must not see, which they
+need bound back) and one scorer per task file, so a task's second trial costs a message, not
+a new interpreter. `shared_pool()` is the pool every trial uses unless it is handed another;
+it is closed when the interpreter exits.
+
+Example::
+
+    with ScorerPool() as pool:
+        scorer = SealedScorer(pool, hidden=[Path("runs")])
+        scored = scorer.score(task, TrialEvidence.from_archive(files), refusals(task))
+"""
+
+from __future__ import annotations
+
+import atexit
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+from oracle.record import ScoringRecord
+from oracle.scoring.judge import assemble, plan
+from oracle.scoring.scorer import InProcessScorer, Outcomes, Scored, TrialEvidence, unreadable
+from oracle.scoring.sealed import (
+    ScorerError,
+    TaskScorer,
+    Zygote,
+    base_binds,
+    bubblewrap_usable,
+    loaded_digest,
+)
+
+if TYPE_CHECKING:
+    from oracle.task import Task
+
+
+class ScorerPool:
+    """Zygotes and warm scorers; a context manager that ends them all on exit.
+
+    `bubblewrap`: contain the scorers with bubblewrap (None: where it is installed and
+    works). Without it a scorer is still a separate process handed only the evidence, but it
+    can see the host's files and network; each record's scoring note says so."""
+
+    def __init__(self, *, bubblewrap: bool | None = None) -> None:
+        why = "switched off" if bubblewrap is False else bubblewrap_usable()
+        self.bubblewrap = why is None
+        self.note = "" if why is None else f"the scorer process is not contained: {why}"
+        self._zygotes: list[tuple[tuple[Path, ...], Zygote]] = []
+        self._scorers: dict[tuple[int, Path], TaskScorer] = {}
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> ScorerPool:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _start(self, readable: Sequence[Path], hidden: tuple[Path, ...]) -> Zygote:
+        zygote = Zygote(readable, hidden, bubblewrap=self.bubblewrap)
+        try:
+            zygote.start()
+        except ScorerError as exc:
+            if not self.bubblewrap:
+                raise
+            # bubblewrap is installed but cannot run here (no user namespaces): still a
+            # separate process, and every record says it was not contained.
+            self.bubblewrap = False
+            self.note = f"the scorer process is not contained: bubblewrap failed ({exc})"
+            zygote = Zygote(readable, hidden, bubblewrap=False)
+            zygote.start()
+        return zygote
+
+    def _zygote(self, task_file: Path, hidden: tuple[Path, ...]) -> Zygote:
+        for key, z in list(self._zygotes):
+            if not z.alive:
+                self._forget(z)
+            elif key == hidden and z.sees(task_file):
+                return z
+        readable = base_binds()
+        probe = Zygote(readable, hidden, bubblewrap=self.bubblewrap)
+        if not probe.sees(task_file):
+            readable.append(task_file.parent)
+        zygote = self._start(readable, hidden)
+        self._zygotes.append((hidden, zygote))
+        return zygote
+
+    def _forget(self, zygote: Zygote) -> None:
+        self._zygotes = [(k, z) for k, z in self._zygotes if z is not zygote]
+        for key in [k for k, s in self._scorers.items() if s.zygote is zygote]:
+            del self._scorers[key]
+        zygote.close()
+
+    def task_scorer(self, task_file: Path, hidden: Iterable[Path] = ()) -> TaskScorer:
+        """The warm scorer of `task_file` for trials whose `hidden` folders it must not see.
+        Raises `ScorerError` where no scorer process can be started."""
+        key = tuple(sorted({Path(h).absolute() for h in hidden}))
+        task_file = task_file.absolute()
+        with self._lock:
+            zygote = self._zygote(task_file, key)
+            scorer = self._scorers.get((id(zygote), task_file))
+            if scorer is None:
+                scorer = self._scorers[(id(zygote), task_file)] = TaskScorer(zygote, task_file)
+        return scorer
+
+    def warm(self, task_files: Iterable[Path], hidden: Iterable[Path] = ()) -> threading.Thread:
+        """Start the scorers of `task_files` in the background, so that the first trial of
+        each does not wait for them. Failures are left for the trial to meet and record."""
+        files = list(dict.fromkeys(Path(f).absolute() for f in task_files))
+        hidden = list(hidden)
+
+        def run() -> None:
+            for f in files:
+                try:
+                    self.task_scorer(f, hidden).warm()
+                except ScorerError:
+                    return
+
+        thread = threading.Thread(target=run, daemon=True, name="oracle-scorer-warm")
+        thread.start()
+        return thread
+
+    def close(self) -> None:
+        with self._lock:
+            scorers, self._scorers = list(self._scorers.values()), {}
+            zygotes, self._zygotes = [z for _, z in self._zygotes], []
+        for s in scorers:
+            with s.lock:
+                s.close()
+        for z in zygotes:
+            z.close()
+
+
+_SHARED: ScorerPool | None = None
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_pool() -> ScorerPool:
+    """The pool trials use unless handed another; started on first use, ended at exit."""
+    global _SHARED
+    with _SHARED_LOCK:
+        if _SHARED is None:
+            _SHARED = ScorerPool()
+            atexit.register(_SHARED.close)
+        return _SHARED
+
+
+class SealedScorer:
+    """Predicates in a sealed process (the default scorer). `hidden` lists folders the
+    scorer must not see besides every temporary folder (archive folders, signing keys).
+
+    A task built in code rather than loaded from a task file cannot be loaded by a scorer
+    process; it is scored in this process, and the record says so."""
+
+    def __init__(self, pool: ScorerPool | None = None, *, hidden: Sequence[Path] = ()) -> None:
+        self.pool = pool if pool is not None else shared_pool()
+        self.hidden = tuple(hidden)
+
+    def score(self, task: Task, evidence: TrialEvidence, refused: Mapping[str, str]) -> Scored:
+        origin = getattr(task, "origin", None)
+        if origin is None:
+            why = (
+                f"task {task.name!r} was built in code, not loaded from a task file: "
+                "scored in this process (load it with oracle.load_tasks to seal its scoring)"
+            )
+            return InProcessScorer(why).score(task, evidence, refused)
+        try:
+            scorer = self.pool.task_scorer(Path(origin), self.hidden)
+        except ScorerError as exc:
+            why = f"no scorer process: {exc}"
+            record = ScoringRecord(mode="sealed", isolation="none", note=why)
+            return Scored(unreadable(task, why, refused), record)
+        plans = plan(task)
+        with scorer.lock:
+            done = scorer.judge(task, evidence.bundle, plans, refused, loaded_digest(task))
+        outcomes: Outcomes = {mp.metric: assemble(mp, done, refused) for mp in plans}
+        record = ScoringRecord(
+            mode="sealed",
+            isolation=scorer.zygote.isolation,
+            note=self.pool.note,
+            contained=[r.contained for r in done if r.contained],
+        )
+        return Scored(outcomes, record)

@@ -1,0 +1,189 @@
+"""The sealed scorer's processes: a zygote, and one scorer per task file forked from it.
+
+``python -I -m oracle.scoring.worker FD`` starts the zygote; `oracle.scoring.sealed.Zygote`
+does so under bubblewrap (no network, the filesystem read-only, the oracle's folders and every
+temporary folder hidden, no capabilities, its own PID namespace). It is a fresh interpreter that
+never held an agent's output: it imports oracle once, says it is ready, then serves requests on
+the control socket FD:
+
+- ``fork``, with a socket passed alongside: fork a scorer for one task file; answer its pid;
+- ``kill``: end a scorer and everything it started; answer how it ended;
+- ``exit``.
+
+A scorer closes the control socket, loads its task file, then serves on its own socket, one
+trial after another: ``evidence`` (a bundle, `oracle.scoring.bundle`) and ``run`` (one step of
+`oracle.scoring.judge`). Its standard streams are /dev/null: what a predicate prints reaches
+no one. Ctrl-C in the user's terminal is for the oracle, which then ends its scorers; these
+processes ignore it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from oracle.scoring.protocol import (
+    ChannelClosed,
+    receive,
+    receive_with_fd,
+    send,
+)
+
+if TYPE_CHECKING:
+    from oracle.evidence import Evidence
+    from oracle.task import Task
+
+
+def describe_status(status: int) -> str:
+    """How a process ended, from its wait status."""
+    code = os.waitstatus_to_exitcode(status)
+    if code >= 0:
+        return f"exited with status {code}"
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        name = f"signal {-code}"
+    return f"was killed by {name}"
+
+
+def _end(pid: int) -> str:
+    """Kill scorer `pid` and its process group; reap it; say how it ended."""
+    for kill in (os.killpg, os.kill):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            kill(pid, signal.SIGKILL)
+    try:
+        _, status = os.waitpid(pid, 0)
+    except ChildProcessError:
+        return "had already been reaped"
+    return describe_status(status)
+
+
+def _quiet() -> None:
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    os.close(null)
+
+
+def _serve(chan: socket.socket, task_file: str, path: list[str]) -> None:
+    """One scorer: load `task_file`, then judge trials on `chan` until it closes."""
+    os.setpgid(0, 0)
+    _quiet()
+    for entry in reversed(path):
+        if entry not in sys.path:
+            sys.path.insert(0, entry)
+    from oracle.loader import load_file
+    from oracle.scoring.bundle import EvidenceBundle, open_evidence
+    from oracle.scoring.judge import Step, run_step
+    from oracle.versions import task_digest
+
+    tasks, errors = load_file(Path(task_file))
+    by_name = {t.name: t for t in tasks}
+    send(chan, {"op": "ready", "tasks": sorted(by_name), "errors": [str(e) for e in errors]})
+    digests: dict[str, str] = {}
+    current: tuple[Task, Evidence] | None = None
+    while True:
+        try:
+            header, blobs = receive(chan)
+        except ChannelClosed:
+            return
+        op = header.get("op")
+        if op == "evidence":
+            current = None
+            name = str(header.get("task"))
+            task = by_name.get(name)
+            if task is None:
+                loaded = ", ".join(sorted(by_name)) or "none"
+                send(chan, {"error": f"{task_file} defines no task {name!r} (loaded: {loaded})"})
+                continue
+            digest = digests.get(name)
+            if digest is None:
+                digest = digests[name] = task_digest(task)
+            if digest != header.get("digest"):
+                send(chan, {"error": "digest", "digest": digest})
+                continue
+            try:
+                names = header["names"]
+                bundle = EvidenceBundle(dict(zip(names, blobs, strict=True)))
+                current = (task, open_evidence(bundle, task))
+            except Exception as exc:
+                send(chan, {"error": f"the evidence cannot be read: {type(exc).__name__}: {exc}"})
+                continue
+            send(chan, {"ok": True})
+        elif op == "run":
+            if current is None:
+                send(chan, {"results": [], "outcome": None, "contained": "no evidence loaded"})
+                continue
+            step = Step(
+                str(header["metric"]),
+                header["index"],
+                str(header["name"]),
+                float(header["timeout"]),
+            )
+            result = run_step(current[0], current[1], step, contain_interrupt=True)
+            send(chan, result.to_json())
+        else:
+            send(chan, {"error": f"unknown request {op!r}"})
+
+
+def _fork_scorer(control: socket.socket, header: dict[str, Any], fd: int) -> int:
+    pid = os.fork()
+    if pid == 0:  # the scorer: never returns into the zygote's loop
+        code = 0
+        try:
+            control.close()
+            chan = socket.socket(fileno=fd)
+            _serve(chan, str(header["file"]), [str(p) for p in header.get("path", [])])
+        except BaseException:
+            code = 70
+        finally:
+            os._exit(code)
+    os.close(fd)
+    return pid
+
+
+def main(argv: list[str]) -> int:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    control = socket.socket(fileno=int(argv[0]))
+    # Warm: what every task file and every scorer imports, loaded once before any fork.
+    import oracle
+    import oracle.loader
+    import oracle.scoring.bundle
+    import oracle.scoring.judge
+    import oracle.versions  # noqa: F401
+
+    send(control, {"op": "ready", "pid": os.getpid()})
+    children: set[int] = set()
+    while True:
+        try:
+            header, fd = receive_with_fd(control)
+        except ChannelClosed:
+            break
+        op = header.get("op")
+        if op == "fork" and fd is not None:
+            pid = _fork_scorer(control, header, fd)
+            children.add(pid)
+            send(control, {"pid": pid})
+        elif op == "kill":
+            pid = int(header["pid"])
+            status = _end(pid) if pid in children else "is not a scorer of this zygote"
+            children.discard(pid)
+            send(control, {"status": status})
+        elif op == "exit":
+            break
+        else:
+            if fd is not None:
+                os.close(fd)
+            send(control, {"error": f"unknown request {op!r}"})
+    for pid in children:
+        _end(pid)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
