@@ -58,21 +58,33 @@ def manifest_lines(files: Mapping[str, bytes]) -> bytes:
     return "".join(lines).encode("utf-8")
 
 
+def evidence_files(
+    before: Mapping[str, Snapshot], after: Mapping[str, Snapshot], diff: Diff
+) -> dict[str, bytes]:
+    """The evidence files: the diff and every snapshot, in canonical JSON (what a scorer is
+    handed, and what the archive keeps, byte for byte)."""
+    files = {"diff.json": dumps_pretty(diff.to_json())}
+    for label, snaps in (("before", before), ("after", after)):
+        for name, snap in snaps.items():
+            files[f"snapshots/{label}/{check_relative(name)}.json"] = dumps_pretty(snap.to_json())
+    return files
+
+
 def archive_files(
     record: TrialRecord,
     before: Mapping[str, Snapshot],
     after: Mapping[str, Snapshot],
     diff: Diff,
     logs: Mapping[str, bytes] | None = None,
+    *,
+    evidence: Mapping[str, bytes] | None = None,
 ) -> dict[str, bytes]:
-    """The bytes of every archive file but the manifest, by relative path."""
+    """The bytes of every archive file but the manifest, by relative path. `evidence` is
+    `evidence_files` already made (for the scorer), reused rather than made again."""
     files: dict[str, bytes] = {
         "record.json": record.model_dump_json(indent=2).encode("utf-8") + b"\n",
-        "diff.json": dumps_pretty(diff.to_json()),
+        **(evidence if evidence is not None else evidence_files(before, after, diff)),
     }
-    for label, snaps in (("before", before), ("after", after)):
-        for name, snap in snaps.items():
-            files[f"snapshots/{label}/{check_relative(name)}.json"] = dumps_pretty(snap.to_json())
     for name, data in (logs or {}).items():
         files[f"logs/{check_relative(name)}"] = data
     return files

@@ -15,15 +15,19 @@ import json
 import os
 import shlex
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from oracle import demo
 from oracle.agent import Agent, CallableAgent, noop
+from oracle.archive import private_folders
 from oracle.check import check_task
 from oracle.command import CommandAgent
 from oracle.controls import DEFAULT_TIMEOUT, ControlsReport, controls_of, prove
@@ -38,6 +42,7 @@ from oracle.render import (
     summary_table,
     verdict_table,
 )
+from oracle.scoring.scorer import InProcessScorer, Scorer
 from oracle.services import REQUIRE_ENV, required, unreachable
 from oracle.task import Task
 from oracle.trial import run_trial
@@ -182,6 +187,36 @@ def _available(tasks: list[Task]) -> tuple[list[Task], list[str], dict[str, str]
     return kept, problems, skipped
 
 
+SCORERS = ("sealed", "in-process")
+
+
+def make_scorer(kind: str, hidden: list[Path], tasks: list[Task] | None = None) -> Scorer:
+    """The scorer `--scorer` names: ``sealed`` (a process that never holds the transcript,
+    handed only the evidence; it must not see `hidden`) or ``in-process`` (debugging). A
+    sealed scorer's processes are started now for `tasks`, while the first trials run."""
+    if kind == "in-process":
+        return InProcessScorer()
+    if kind != "sealed":
+        raise UsageError(f"--scorer must be {' or '.join(SCORERS)}, not {kind!r}")
+    from oracle.scoring.pool import SealedScorer, shared_pool
+
+    pool = shared_pool()
+    if tasks:
+        pool.warm([t.origin for t in tasks if t.origin is not None], hidden)
+    return SealedScorer(pool, hidden=hidden)
+
+
+def _contained(records: list[TrialRecord]) -> list[str]:
+    """Every predicate a scorer had to contain (it ran past its limit, exited, crashed),
+    named with its trial."""
+    return [
+        f"{r.cell.id}: {why}"
+        for r in records
+        if r.scoring is not None
+        for why in r.scoring.contained
+    ]
+
+
 def _default_out() -> Path:
     return Path("runs") / _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
 
@@ -195,6 +230,17 @@ def _progress() -> Progress:
         console=console(),
         transient=True,
     )
+
+
+@contextmanager
+def _interruptible() -> Iterator[None]:
+    """Ctrl-C stops the run: what is archived stays, the scorer processes are ended, and the
+    command exits 130."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        console().print("[red]interrupted[/red]: the archives written so far are kept")
+        raise typer.Exit(130) from None
 
 
 def _checked(tasks: list[Task]) -> tuple[list[Task], list[str]]:
@@ -227,6 +273,7 @@ def run_trials(
     profile: str,
     options: RunOptions | None = None,
     broken: list[str] | None = None,
+    scorer: Scorer | None = None,
 ) -> list[TrialRecord]:
     """Every trial's record; a trial that fails outside its own error boundaries is named in
     `broken` (and printed) and the others still run."""
@@ -248,7 +295,12 @@ def run_trials(
                     )
                     try:
                         result = run_trial(
-                            task, agent, cell=cell, out=out, **_sandbox_options(task, options)
+                            task,
+                            agent,
+                            cell=cell,
+                            out=out,
+                            scorer=scorer,
+                            **_sandbox_options(task, options),
                         )
                     except Exception as exc:  # a bug of ours: named, and the run goes on
                         broken.append(f"task {task.name!r} × agent {agent.name!r}: {exc!r}")
@@ -260,14 +312,17 @@ def run_trials(
 
 
 def run_all_controls(
-    tasks: list[Task], out: Path | None, timeout: float = DEFAULT_TIMEOUT
+    tasks: list[Task],
+    out: Path | None,
+    timeout: float = DEFAULT_TIMEOUT,
+    scorer: Scorer | None = None,
 ) -> ControlsReport:
     report = ControlsReport()
     with _progress() as progress:
         bar = progress.add_task("controls", total=sum(len(controls_of(t)) for t in tasks))
         for task in tasks:
             progress.update(bar, description=f"controls of {task.name}")
-            one = prove(task, out=out, timeout=timeout)
+            one = prove(task, out=out, timeout=timeout, scorer=scorer)
             report.runs.extend(one.runs)
             report.statuses.extend(one.statuses)
             report.errors.extend(one.errors)
@@ -279,6 +334,15 @@ def run_all_controls(
 PathsArg = Annotated[list[Path], typer.Argument(help="task files (task_*.py) or folders of them")]
 TaskOpt = Annotated[
     list[str] | None, typer.Option("--task", "-t", help="only the task with this name (repeat)")
+]
+ScorerOpt = Annotated[
+    str,
+    typer.Option(
+        "--scorer",
+        help="where predicates run: sealed (a process that never holds the transcript, "
+        "handed only the evidence, contained by bubblewrap where it exists; each predicate "
+        "has a time limit) or in-process (for debugging a predicate; no time limit)",
+    ),
 ]
 
 
@@ -328,8 +392,13 @@ def trial(
             "agent's model API (repeat)",
         ),
     ] = None,
+    scorer: ScorerOpt = "sealed",
 ) -> None:
-    """Run agents on tasks; print the verdicts and archive every trial."""
+    """Run agents on tasks; print the verdicts and archive every trial.
+
+    Exits 1 when a task cannot be loaded or is refused, a trial breaks outside its own error
+    boundaries, or a predicate had to be contained (it ran past its time limit, exited or
+    crashed its scorer); 2 on a usage error; 130 when interrupted."""
     options = RunOptions(
         timeout=timeout,
         isolation=isolation,
@@ -351,12 +420,23 @@ def trial(
     refused += down
     out = out or _default_out()
     broken: list[str] = []
-    records = run_trials(tasks, agents, out, repetitions, model, profile, options, broken)
+    try:
+        judge = make_scorer(scorer, private_folders(out), tasks)
+    except UsageError as exc:
+        console().print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    with _interruptible():
+        records = run_trials(
+            tasks, agents, out, repetitions, model, profile, options, broken, judge
+        )
     c = console()
     c.print(verdict_table(records, skipped=skipped))
     c.print(summary_table(records))
+    contained = _contained(records)
+    for why in contained:
+        c.print(f"[red]predicate contained:[/red] {escape(why)}")
     c.print(f"archives: {out}")
-    if loaded.errors or refused or broken:
+    if loaded.errors or refused or broken or contained:
         raise typer.Exit(1)
 
 
@@ -384,6 +464,7 @@ def controls(
     timeout: Annotated[
         float, typer.Option(help="seconds each control may run before it is killed")
     ] = DEFAULT_TIMEOUT,
+    scorer: ScorerOpt = "sealed",
 ) -> None:
     """Run every control of every task (and a no-op agent) and classify each predicate:
     proven, untested, trigger-happy, broken or unsupported (it reads evidence the task's
@@ -401,7 +482,13 @@ def controls(
         raise typer.Exit(2) from None
     _report_load_errors(loaded)
     tasks, down, skipped = _available(loaded.tasks)
-    report = run_all_controls(tasks, out, timeout)
+    try:
+        judge = make_scorer(scorer, private_folders(out) if out else [], tasks)
+    except UsageError as exc:
+        console().print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    with _interruptible():
+        report = run_all_controls(tasks, out, timeout, judge)
     report.errors.extend(down)
     report.skipped.update(skipped)
     c = console()
@@ -496,6 +583,7 @@ def schema(
 def demo_command(
     paths: PathsArg,
     out: Annotated[Path | None, typer.Option(help="archive folder")] = None,
+    scorer: ScorerOpt = "sealed",
 ) -> None:
     """Run both demo agents and every control; check that each behaves as promised."""
     loaded = load_tasks(paths)
@@ -507,10 +595,18 @@ def demo_command(
     refused += down
     out = out or _default_out()
     agents = [resolve_agent("careful"), resolve_agent("obedient")]
-    report = run_all_controls(tasks, out / "controls")
-    report.skipped.update(skipped)
+    try:
+        judge = make_scorer(scorer, private_folders(out), tasks)
+    except UsageError as exc:
+        console().print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
     broken: list[str] = []
-    records = run_trials(tasks, agents, out / "trials", 1, "none", "default", broken=broken)
+    with _interruptible():
+        report = run_all_controls(tasks, out / "controls", scorer=judge)
+        records = run_trials(
+            tasks, agents, out / "trials", 1, "none", "default", broken=broken, scorer=judge
+        )
+    report.skipped.update(skipped)
     c = console()
     c.print(verdict_table(records, "Demo agents", skipped))
     c.print(summary_table(records))
@@ -518,6 +614,7 @@ def demo_command(
         c.print(table)
     problems = list(refused) + [str(e) for e in loaded.errors] + report.errors + report.flags
     problems += broken
+    problems += [f"predicate contained: {why}" for why in _contained(records)]
     for r in records:
         if r.cell.harness == "obedient" and r.security_breached is not True:
             problems.append(f"{r.cell.task}: the obedient agent was not found breaching")

@@ -34,6 +34,7 @@ from oracle.control_status import PredicateProof, TaskProof, save_proof
 from oracle.evaluators import unsupported_predicates
 from oracle.record import Cell, ControlsStatus, TrialRecord
 from oracle.sandbox import Sandbox
+from oracle.scoring.scorer import Scorer
 from oracle.task import Control, Task
 from oracle.trial import TrialResult, run_trial
 from oracle.verdict import Metric
@@ -130,9 +131,14 @@ def controls_of(task: Task) -> list[Control]:
 
 
 def run_controls(
-    task: Task, *, out: Path | None = None, timeout: float = DEFAULT_TIMEOUT
+    task: Task,
+    *,
+    out: Path | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+    scorer: Scorer | None = None,
 ) -> tuple[list[ControlRun], str | None]:
-    """Run every control of `task` (and the no-op) in one sandbox; ``(runs, error)``."""
+    """Run every control of `task` (and the no-op) in one sandbox; ``(runs, error)``.
+    `scorer` is where the predicates run (by default a sealed scorer process)."""
     runs: list[ControlRun] = []
     try:
         sandbox = Sandbox(task)
@@ -152,6 +158,7 @@ def run_controls(
                 out=out,
                 sandbox=sandbox,
                 controls=ControlsStatus(status="control"),
+                scorer=scorer,
             )
             fired: dict[str, bool | None] = {}
             errors: dict[str, str] = {}
@@ -227,11 +234,16 @@ def _judge(
 
 
 def prove(
-    task: Task, *, out: Path | None = None, timeout: float = DEFAULT_TIMEOUT, save: bool = True
+    task: Task,
+    *,
+    out: Path | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+    save: bool = True,
+    scorer: Scorer | None = None,
 ) -> ControlsReport:
     """Run and classify one task's controls, and save the result beside the task file."""
     report = ControlsReport()
-    runs, error = run_controls(task, out=out, timeout=timeout)
+    runs, error = run_controls(task, out=out, timeout=timeout, scorer=scorer)
     if error:
         report.errors.append(error)
     report.runs.extend(runs)

@@ -52,6 +52,7 @@ from oracle.loader import load_tasks
 from oracle.matrix import Matrix, MatrixError, parse_matrix
 from oracle.record import Cell
 from oracle.sandbox import Sandbox, SandboxView
+from oracle.scoring.scorer import Scorer
 from oracle.signing import SIGNATURE_SUFFIX, signature_path
 from oracle.task import Task
 from oracle.trial import run_trial
@@ -124,6 +125,8 @@ class WorkerContext:
     agents: dict[str, Agent] = field(default_factory=dict)
     #: Folders no cell's agent may see: the run's output (its archives) and archives beside it.
     hidden: tuple[Path, ...] = ()
+    #: Where the cells' predicates run: a sealed scorer that sees none of `hidden` either.
+    scorer: Scorer | None = field(default=None, repr=False)
 
     @classmethod
     def load(
@@ -137,6 +140,14 @@ class WorkerContext:
         if loaded.errors:
             raise MatrixError("; ".join(str(e) for e in loaded.errors))
         return cls(matrix, {t.name: t for t in loaded.tasks}, agents, tuple(map(Path, hidden)))
+
+    def judge(self) -> Scorer:
+        """The sealed scorer of this worker's cells (started on first use, kept warm)."""
+        if self.scorer is None:
+            from oracle.scoring.pool import SealedScorer
+
+            self.scorer = SealedScorer(hidden=self.hidden)
+        return self.scorer
 
     def agent(self, cell: Cell) -> Agent:
         return MatrixAgent(self.agents[cell.harness], _setting_env(self.matrix, cell), self.hidden)
@@ -154,10 +165,11 @@ class WorkerContext:
         try:
             sandbox.open()
         except Exception:
-            result = run_trial(task, agent, cell=cell)  # records "sandbox could not open"
+            # records "sandbox could not open"
+            result = run_trial(task, agent, cell=cell, scorer=self.judge())
         else:
             try:
-                result = run_trial(task, agent, cell=cell, sandbox=sandbox)
+                result = run_trial(task, agent, cell=cell, sandbox=sandbox, scorer=self.judge())
             finally:
                 _dispose(sandbox)
         return pack_cell(result.files, result.record, self.matrix.meta(cell))

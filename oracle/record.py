@@ -141,6 +141,44 @@ class ServerExposure(BaseModel):
     )
 
 
+class ScoringRecord(BaseModel):
+    """Where the predicates of a trial ran, and what that process could reach."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    mode: Literal["sealed", "in-process", "container"] = Field(
+        description="sealed: a scorer process that never held the transcript, handed only the "
+        "evidence; container: the same in a container; in-process: beside the transcript, "
+        "for debugging"
+    )
+    isolation: str = Field(
+        description="what contained the scorer: 'bubblewrap' (no network, read-only files, "
+        "the oracle's folders hidden), 'container', 'process' (a separate process only) or "
+        "'none' (in-process)"
+    )
+    image: str | None = Field(None, description="the scorer's container image, by digest")
+    note: str = Field("", description="why this mode, where it is not the default")
+    contained: list[str] = Field(
+        default_factory=list,
+        description="predicates the scorer had to contain: ran past their time limit, "
+        "exited, crashed or raised SystemExit/KeyboardInterrupt (each metric unknown)",
+    )
+
+
+class RescoreRecord(BaseModel):
+    """What a rescored record replaced: `oracle rescore` ran the task's predicates again on
+    an archived trial's evidence."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    of: str = Field(description="sha256 of the record.json that was rescored")
+    source: str = Field(description="the archive it was read from")
+    at: float = Field(description="when it was rescored (Unix time)")
+    previous: dict[str, StrictBool | None] = Field(description="metric → the archived verdict")
+    previous_task_digest: str = Field(description="the task digest the archived trial ran")
+    previous_not_measured: dict[str, str] = Field(default_factory=dict)
+
+
 class TrialRecord(BaseModel):
     """What one trial leaves: verdicts with their reasons, the evidence digests and the diff."""
 
@@ -184,12 +222,18 @@ class TrialRecord(BaseModel):
         default_factory=list, description="claim tier: the final message read into claims"
     )
     controls: ControlsStatus | None = None
+    scoring: ScoringRecord | None = Field(
+        None, description="where the predicates ran (null: the trial never reached evaluation)"
+    )
     not_measured: dict[str, str] = Field(
         default_factory=dict,
         description="metric → why its verdict is not a measurement (an assertion, unproven "
         "predicates); reports keep such verdicts out of their rates",
     )
     task_digest: str = ""
+    rescore: RescoreRecord | None = Field(
+        None, description="set on a record made by oracle rescore: what it replaced"
+    )
     versions: dict[str, str] = Field(default_factory=dict)
     started_at: float
     trigger_at: float | None = None

@@ -22,17 +22,9 @@ from oracle.check import refusals
 from oracle.claims import parse_claims
 from oracle.control_status import controls_status
 from oracle.diff import Diff
-from oracle.evaluators import (
-    Evaluator,
-    PredicateResult,
-    StatePredicates,
-    combine,
-    run_predicate,
-    unsupported_predicates,
-)
-from oracle.evidence import Evidence, HarnessRecords, TaskFacts
+from oracle.evaluators import PredicateResult, unsupported_predicates
+from oracle.evidence import HarnessRecords
 from oracle.findings import call_findings, claim_findings, scope_findings
-from oracle.frozen import freeze
 from oracle.invocation import Invocation, autonomy
 from oracle.reach import ReachProbe
 from oracle.record import (
@@ -42,11 +34,13 @@ from oracle.record import (
     Finding,
     InjectionRecord,
     PredicateRecord,
+    ScoringRecord,
     ServerExposure,
     SnapshotDigests,
     TrialRecord,
 )
 from oracle.sandbox import Sandbox, SandboxView
+from oracle.scoring.scorer import Scorer, TrialEvidence
 from oracle.sink import Exposure, SinkSpec
 from oracle.snapshot import Snapshot, States
 from oracle.task import Task
@@ -80,6 +74,9 @@ class _Evaluation:
     autonomy_reason: str = ""
     outcomes: dict[str, tuple[Outcome, list[PredicateResult]]] = field(default_factory=dict)
     observation_errors: dict[str, str] = field(default_factory=dict)
+    scoring: ScoringRecord | None = None
+    #: The evidence files as the scorer got them (the archive keeps the same bytes).
+    files: dict[str, bytes] | None = None
 
 
 @dataclass
@@ -113,6 +110,7 @@ def run_trial(
     controls: ControlsStatus | None = None,
     allow_hosts: Sequence[str] = (),
     extra_sinks: Sequence[SinkSpec] = (),
+    scorer: Scorer | None = None,
 ) -> TrialResult:
     """Run `agent` on `task` once and return the record (archived under `out` if given).
 
@@ -120,7 +118,8 @@ def run_trial(
     one is opened with `allow_hosts` and `extra_sinks` (see `Sandbox`).
     `controls` is the task's controls status; by default it is read from beside the task
     file. Control runs pass ``ControlsStatus(status="control")``: injection reach is recorded
-    but does not make their security verdict unknown.
+    but does not make their security verdict unknown. `scorer` is where the predicates run:
+    by default a sealed scorer process (`oracle.scoring`).
     """
     cell = cell or Cell(harness=agent.name, task=task.name)
     with TrialSession(
@@ -131,6 +130,7 @@ def run_trial(
         controls=controls,
         allow_hosts=allow_hosts,
         extra_sinks=extra_sinks,
+        scorer=scorer,
     ) as session:
         if not session.begin():  # 1. reset, 2. boundary, 3. snapshot before
             return session.finish()
@@ -168,9 +168,11 @@ class TrialSession:
         controls: ControlsStatus | None = None,
         allow_hosts: Sequence[str] = (),
         extra_sinks: Sequence[SinkSpec] = (),
+        scorer: Scorer | None = None,
     ) -> None:
         self.task = task
         self.out = out
+        self._scorer = scorer
         self._allow_hosts = tuple(allow_hosts)
         self._extra_sinks = tuple(extra_sinks)
         self._given = sandbox
@@ -248,7 +250,7 @@ class TrialSession:
         t.injection = _injection_record_or_why(t, self._probe)
         t.after = _observe(sb)  # 5. snapshot after, and diff
         t.diff, diff_errors = sb.diff(t.before.snapshots, t.after.snapshots)
-        t.evaluation = _evaluate(t, diff_errors)  # 6. evaluate
+        t.evaluation = _evaluate(t, diff_errors, self.scorer)  # 6. evaluate
         t.findings = _discrepancies_or_why(t, sb)  # 7. discrepancies
         return self._done(_finish(t, self.out))  # 8. archive
 
@@ -262,6 +264,16 @@ class TrialSession:
             t.after = _observe(self._sandbox)
             t.diff, _ = self._sandbox.diff(t.before.snapshots, t.after.snapshots)
         return self._done(_finish(t, self.out))
+
+    @property
+    def scorer(self) -> Scorer:
+        """Where the predicates run: the scorer given, else a sealed scorer process that
+        sees none of this trial's archive folders."""
+        if self._scorer is None:
+            from oracle.scoring.pool import SealedScorer
+
+            self._scorer = SealedScorer(hidden=private_folders(self.out) if self.out else ())
+        return self._scorer
 
     def _done(self, result: TrialResult) -> TrialResult:
         self.result = result
@@ -351,25 +363,26 @@ def _injection_record(t: _Trial, probe: ReachProbe | None) -> InjectionRecord | 
     )
 
 
-def _evaluate(t: _Trial, diff_errors: Mapping[str, str]) -> _Evaluation:
-    """Utility and security, each in its own error boundary, then the rules of DESIGN §5."""
+def _evaluate(t: _Trial, diff_errors: Mapping[str, str], scorer: Scorer) -> _Evaluation:
+    """Utility and security, each in its own error boundary, by the scorer (which is handed
+    the evidence alone), then the rules of DESIGN §5."""
     run = t.run
     assert run is not None
-    evidence = Evidence(
-        diff=t.diff,
-        before=States(t.before.snapshots, "before", t.before.errors),
-        after=States(t.after.snapshots, "after", t.after.errors),
-        harness=HarnessRecords(invocation=run.invocation, tool_calls=run.tool_calls),
-        task=_facts(t.task),
-    )
     observation_errors = {
         **{k: f"before: {v}" for k, v in t.before.errors.items()},
         **{k: f"after: {v}" for k, v in t.after.errors.items()},
         **diff_errors,
     }
-    refused = refusals(t.task)
-    utility = _judge(t.task.utility_evaluator, evidence, refused)
-    security = _judge(t.task.security_evaluator, evidence, refused)
+    evidence = TrialEvidence.of_trial(
+        t.diff,
+        States(t.before.snapshots, "before", t.before.errors),
+        States(t.after.snapshots, "after", t.after.errors),
+        HarnessRecords(invocation=run.invocation, tool_calls=run.tool_calls),
+        observation_errors,
+    )
+    scored = scorer.score(t.task, evidence, refusals(t.task))
+    utility = scored.outcomes[Metric.UTILITY.value]
+    security = scored.outcomes[Metric.SECURITY.value]
     auto = autonomy(run.invocation)
     reach = t.injection.reached if t.injection and t.injection.applied else None
     verdicts = decide(
@@ -384,25 +397,9 @@ def _evaluate(t: _Trial, diff_errors: Mapping[str, str]) -> _Evaluation:
         autonomy_reason=auto[1],
         outcomes={Metric.UTILITY.value: utility, Metric.SECURITY.value: security},
         observation_errors=observation_errors,
+        scoring=scored.record,
+        files=evidence.archive_files() if "bundle" in vars(evidence) else None,
     )
-
-
-def _judge(
-    evaluator: Evaluator, evidence: Evidence, refused: Mapping[str, str]
-) -> tuple[Outcome, list[PredicateResult]]:
-    """An evaluator's outcome, with the predicates `oracle check` refuses never run: each is
-    an error, so what it would have read cannot decide anything."""
-    if not isinstance(evaluator, StatePredicates) or not refused.keys() & set(evaluator.names()):
-        return evaluator.evaluate(evidence.fresh())  # its own copy, as a predicate gets
-    results = [
-        PredicateResult(
-            name, None, f"predicate {name!r} refused by oracle check: {refused[name]}", frozenset()
-        )
-        if name in refused
-        else run_predicate(name, fn, evidence)
-        for name, fn in evaluator.predicates
-    ]
-    return combine(results, evaluator.combine), results
 
 
 def _discrepancies_or_why(t: _Trial, sb: Sandbox) -> list[Finding]:
@@ -432,17 +429,8 @@ def _discrepancies(t: _Trial, sb: Sandbox) -> list[Finding]:
     ]
 
 
-def _facts(task: Task) -> TaskFacts:
-    return TaskFacts(
-        name=task.name,
-        prompt=task.prompt,
-        injection=task.injection.text if task.injection else None,
-        secrets=tuple(task.secrets),
-        metadata=freeze(dict(task.metadata)),
-    )
-
-
-def _evaluator_record(outcome: Outcome, preds: list[PredicateResult]) -> EvaluatorRecord:
+def evaluator_record(outcome: Outcome, preds: list[PredicateResult]) -> EvaluatorRecord:
+    """How one metric was evaluated, as the record keeps it."""
     return EvaluatorRecord(
         kind=outcome.kind,
         predicates=[
@@ -452,22 +440,28 @@ def _evaluator_record(outcome: Outcome, preds: list[PredicateResult]) -> Evaluat
     )
 
 
-def _not_measured(t: _Trial, evaluation: _Evaluation) -> dict[str, str]:
+def not_measured(
+    task: Task,
+    controls: ControlsStatus,
+    outcomes: Mapping[str, tuple[Outcome, list[PredicateResult]]],
+) -> dict[str, str]:
+    """Metric → why its verdict is no measurement: a fixed assertion, a predicate that cannot
+    decide at all, or controls that do not prove this task's predicates."""
     out: dict[str, str] = {}
-    for metric, (outcome, _) in evaluation.outcomes.items():
+    for metric, (outcome, _) in outcomes.items():
         if outcome.kind == "assertion":
             out[metric] = "a fixed assertion, not a measurement"
     # A predicate that cannot decide at all is never proven: its metric is no measurement,
     # also where the task's other predicates happen to decide it.
     for metric, evaluator in (
-        (Metric.UTILITY.value, t.task.utility_evaluator),
-        (Metric.SECURITY.value, t.task.security_evaluator),
+        (Metric.UTILITY.value, task.utility_evaluator),
+        (Metric.SECURITY.value, task.security_evaluator),
     ):
         cannot = unsupported_predicates(evaluator)
         if cannot and metric not in out:
             out[metric] = "; ".join(f"{n} is unsupported ({why})" for n, why in cannot.items())
-    if t.controls.status not in ("proven", "control"):
-        why = f"controls {t.controls.status}: {t.controls.reason}"
+    if controls.status not in ("proven", "control"):
+        why = f"controls {controls.status}: {controls.reason}"
         for metric in (Metric.UTILITY.value, Metric.SECURITY.value):
             out.setdefault(metric, why)
     return out
@@ -514,7 +508,7 @@ def _finish(t: _Trial, out: Path | None) -> TrialResult:
         autonomy_achieved=verdicts.autonomy_achieved,
         evaluation_errors=dict(verdicts.evaluation_errors),
         error=t.error,
-        evaluators={m: _evaluator_record(o, p) for m, (o, p) in evaluation.outcomes.items()},
+        evaluators={m: evaluator_record(o, p) for m, (o, p) in evaluation.outcomes.items()},
         autonomy_reason=evaluation.autonomy_reason,
         invocation=run.invocation if run else None,
         injection=t.injection,
@@ -530,7 +524,8 @@ def _finish(t: _Trial, out: Path | None) -> TrialResult:
         final_message=final[:FINAL_MESSAGE_LIMIT] if final else None,
         claims=parse_claims(final),
         controls=t.controls,
-        not_measured=_not_measured(t, evaluation),
+        scoring=evaluation.scoring,
+        not_measured=not_measured(t.task, t.controls, evaluation.outcomes),
         task_digest=task_digest(t.task),
         versions=runtime_versions(),
         started_at=t.started,
@@ -538,7 +533,9 @@ def _finish(t: _Trial, out: Path | None) -> TrialResult:
         finished_at=time.time(),
     )
     folder = None
-    files = archive_files(record, before, after, t.diff, run.logs if run else None)
+    files = archive_files(
+        record, before, after, t.diff, run.logs if run else None, evidence=evaluation.files
+    )
     if out is not None:
         folder = write_archive(out / t.cell.folder, files, overwrite=True)
     preds = {m: p for m, (_, p) in evaluation.outcomes.items()}
