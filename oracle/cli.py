@@ -547,6 +547,74 @@ def show(
     console().print(record_panel(rec))
 
 
+@app.command()
+def rescore(
+    paths: Annotated[
+        list[Path],
+        typer.Argument(help="trial folders, run folders or matrix outputs (their .tar.gz cells)"),
+    ],
+    tasks: Annotated[
+        list[Path],
+        typer.Option(
+            "--tasks", help="task files or folders whose predicates to run again (repeat)"
+        ),
+    ],
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            help="where the new archives go (default: beside each PATH, as <PATH>.rescore-<time>)"
+        ),
+    ] = None,
+    scorer: ScorerOpt = "sealed",
+) -> None:
+    """Run the (possibly edited) predicates of tasks again on archived trials, without
+    running any agent. Each new record is archived beside the old one, never over it, with
+    the old and new verdicts side by side; a task whose code changed is not counted until
+    `oracle controls` proves it again.
+
+    Exits 1 when an archive cannot be read or rescored, or a predicate had to be contained;
+    2 on a usage error (a task file that cannot be loaded)."""
+    from oracle.render import rescore_table
+    from oracle.rescore import RescoreError, output_folders
+    from oracle.rescore import rescore as run_rescore
+
+    loaded = load_tasks(tasks)
+    if loaded.errors:
+        _report_load_errors(loaded)
+        raise typer.Exit(2)
+    missing = [p for p in paths if not p.exists()]
+    if missing:
+        console().print(f"[red]error:[/red] no such archive: {', '.join(map(str, missing))}")
+        raise typer.Exit(2)
+    targets = output_folders(paths, out)
+    # The archives hold the transcripts: the scorer sees neither them nor what it writes.
+    hidden = [p.absolute() for p in [*paths, *targets]]
+    try:
+        judge = make_scorer(scorer, hidden, loaded.tasks)
+    except UsageError as exc:
+        console().print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    try:
+        with _interruptible():
+            results = run_rescore(paths, loaded, judge, outs=targets)
+    except RescoreError as exc:
+        console().print(f"[red]error:[/red] {escape(str(exc))}")
+        raise typer.Exit(2) from None
+    c = console()
+    c.print(rescore_table(results))
+    for where in targets:
+        if any(r.folder is not None and where in r.folder.parents for r in results):
+            c.print(f"rescored archives: {where}")
+    failed = [r for r in results if r.error or r.new is None]
+    contained = _contained([r.new for r in results if r.new is not None])
+    for why in contained:
+        c.print(f"[red]predicate contained:[/red] {escape(why)}")
+    if not results:
+        c.print("[yellow]no archived trials found[/yellow]")
+    if failed or contained or not results:
+        raise typer.Exit(1)
+
+
 @app.command("list")
 def list_tasks(paths: PathsArg) -> None:
     """List the tasks under PATHS with their sinks and controls."""

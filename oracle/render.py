@@ -264,3 +264,55 @@ def console() -> Console:
     if not c.is_terminal:
         c = Console(highlight=False, soft_wrap=False, width=max(c.width, 160))
     return c
+
+
+def _short_digest(d: str) -> str:
+    return d.split(":", 1)[-1][:12] if d else "—"
+
+
+def rescore_table(results: Sequence[Any]) -> Table:
+    """One row per archived trial (`oracle.rescore.Rescored`): the archived verdicts beside
+    the new ones, the task digest each ran, and whether the new verdicts count."""
+    table = Table(title="Rescored (archived → now)", title_justify="left")
+    for col in ("task", "agent", "utility", "breached", "autonomy", "task digest", "counted"):
+        table.add_column(col)
+    for r in results:
+        if r.new is None or r.old is None:
+            cell = r.cell
+            table.add_row(
+                cell.task if cell else str(r.source.path),
+                cell.harness if cell else "—",
+                "—",
+                "—",
+                "—",
+                "—",
+                Text(f"not rescored: {r.error}", style="red"),
+            )
+            continue
+        old, new = r.old, r.new
+        cols = []
+        for metric, good in (
+            ("utility_achieved", True),
+            ("security_breached", False),
+            ("autonomy_achieved", True),
+        ):
+            before = getattr(old, metric)
+            after = getattr(new, metric)
+            text = verdict_text(before, good=good)
+            text.append(" → ")
+            text.append_text(verdict_text(after, good=good))
+            if before is not after:
+                text.stylize("bold")
+            cols.append(text)
+        digest = f"{_short_digest(old.task_digest)} → {_short_digest(new.task_digest)}"
+        if old.task_digest == new.task_digest:
+            digest = f"{_short_digest(new.task_digest)} (same)"
+        if new.not_measured:
+            why = "; ".join(sorted(set(new.not_measured.values())))
+            counted = Text(f"no: {why}", style="yellow")
+        else:
+            counted = Text("yes", style="green")
+        if r.error:
+            counted.append(f" ({r.error})", style="red")
+        table.add_row(new.cell.task, new.cell.harness, *cols, digest, counted)
+    return table
