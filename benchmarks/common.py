@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
 WORK = HERE / ".work"
 
 type Result = dict[str, Any]

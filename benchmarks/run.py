@@ -35,6 +35,7 @@ import bench_mariadb
 import bench_matrix
 import bench_postgres
 import bench_reduce
+import bench_scoring
 import bench_smtp
 import bench_sqlite
 from common import HERE, Result
@@ -52,6 +53,7 @@ BENCHMARKS: list[Benchmark] = [
     Benchmark(bench_sqlite.NAME, bench_sqlite.run),
     Benchmark(bench_files.NAME, bench_files.run),
     Benchmark(bench_isolation.NAME, bench_isolation.run),
+    Benchmark(bench_scoring.NAME, bench_scoring.run),
     Benchmark(bench_egress.NAME, bench_egress.run),
     Benchmark(bench_smtp.NAME, bench_smtp.run),
     Benchmark(bench_agentdojo.NAME, bench_agentdojo.run),
