@@ -37,6 +37,7 @@ from oracle.agent import RunRecord
 from oracle.invocation import Invocation, Step
 from oracle.record import Cell, ControlsStatus, TrialRecord
 from oracle.sandbox import Sandbox, SandboxView
+from oracle.scoring.scorer import Scorer
 from oracle.task import Task
 from oracle.tools import ToolCall, ToolLog, recording
 from oracle.trial import TrialResult, TrialSession
@@ -254,13 +255,15 @@ def sandbox(
     out: Path | None = None,
     controls: ControlsStatus | None = None,
     reuse: Sandbox | None = None,
+    scorer: Scorer | None = None,
 ) -> EmbeddedSandbox:
     """A sandbox for one trial of `task` that the calling harness runs its agent in.
 
     `harness` and `agent` name the cell and the invocation (`cell` overrides the whole
     identity); `out` is where the archive goes (none by default); `reuse` is an open `Sandbox`
-    to run in (it is reset first, and left open). Use it as ``with`` or ``async with``.
+    to run in (it is reset first, and left open); `scorer` is where the predicates run (a
+    sealed scorer process by default). Use it as ``with`` or ``async with``.
     """
     the_cell = cell or Cell(harness=harness, task=task.name)
-    session = TrialSession(task, the_cell, out=out, sandbox=reuse, controls=controls)
+    session = TrialSession(task, the_cell, out=out, sandbox=reuse, controls=controls, scorer=scorer)
     return EmbeddedSandbox(session, agent=agent or harness)
