@@ -47,6 +47,7 @@ from oracle.signing import (
 
 MANIFEST = "manifest.sha256"
 SUFFIX = ".tar.gz"
+BLOCK = tarfile.BLOCKSIZE
 
 #: Every rule a reader (and the reducer) applies, with what it rejects.
 RULES: dict[str, str] = {
@@ -54,7 +55,8 @@ RULES: dict[str, str] = {
     "signature-missing": "no <archive>.dsse.json beside the archive",
     "signature-invalid": "the envelope is malformed, not signed by the given key, or wrong",
     "archive-digest-mismatch": "the archive's sha256 is not the one its signed statement names",
-    "archive-malformed": "not a single gzip stream holding a readable tar",
+    "archive-malformed": "not a single gzip stream holding one readable tar and nothing else "
+    "(no header that cannot be read, no bytes after the tar's end)",
     "archive-too-large": "the archive, compressed or inflated, exceeds the size limit",
     "compression-ratio": "the archive inflates by more than the allowed ratio",
     "too-many-members": "more members than the member limit",
@@ -306,6 +308,7 @@ def members(data: bytes, limits: Limits | None = None) -> dict[str, bytes]:
     raw = inflate(data, limits)
     out: dict[str, bytes] = {}
     total = 0
+    end = 0
     try:
         with tarfile.open(fileobj=io.BytesIO(raw), mode="r:") as tar:
             while True:
@@ -325,9 +328,33 @@ def members(data: bytes, limits: Limits | None = None) -> dict[str, bytes]:
                 if len(body) != info.size:
                     raise Rejected("archive-malformed", f"{info.name} is truncated")
                 out[info.name] = body
+            end = tar.offset
     except (tarfile.TarError, EOFError, UnicodeError) as exc:
         raise Rejected("archive-malformed", f"tar: {exc}") from None
+    _check_tar_end(raw, end)
     return out
+
+
+def _check_tar_end(raw: bytes, end: int) -> None:
+    """Past the last member, only the end-of-archive marker (zero blocks) may follow.
+
+    `tarfile` stops quietly at a header it cannot read once one member was read, and it never
+    looks past the marker: members after a corrupt header, or bytes after the end, would be
+    carried along unseen by every rule."""
+    rest = raw[end:]
+    if rest[:BLOCK].strip(b"\0"):
+        raise Rejected(
+            "archive-malformed",
+            f"the tar header at offset {end} cannot be read; what follows it would go unchecked",
+        )
+    zeros = len(rest) - len(rest.lstrip(b"\0"))
+    if zeros < len(rest):
+        raise Rejected(
+            "archive-malformed",
+            f"data after the tar's end (offset {end}): a byte that is not zero at {end + zeros}",
+        )
+    if len(rest) < 2 * BLOCK:
+        raise Rejected("archive-malformed", f"no end-of-archive marker after offset {end}")
 
 
 def _check_member(info: tarfile.TarInfo, limits: Limits) -> None:

@@ -7,6 +7,7 @@ rules and the tests in step.
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import tarfile
@@ -163,6 +164,42 @@ def test_archive_malformed(demo_run: DemoRun, tmp_path: Path, how: str):
     }[how]
     where, _ = replace_archive(demo_run, run, data=data)
     assert (where, "archive-malformed") in rejections(demo_run, run)
+
+
+HIDDEN = Member("logs/hidden", b"read by a reader that goes on past the end")
+
+
+def corrupt_header(raw: bytes, name: str) -> bytes:
+    """`raw` with the checksum of `name`'s header broken."""
+    at = raw.index(name.encode() + b"\0")  # the name field opens the 512-byte header
+    return raw[:at] + raw[at : at + 148] + b"0000000\0" + raw[at + 156 :]
+
+
+@rule("archive-malformed")
+@pytest.mark.parametrize("how", ["after-the-end", "after-a-corrupt-header"])
+def test_members_the_reader_would_not_see_are_refused(demo_run: DemoRun, tmp_path: Path, how: str):
+    """A tar reader stops at the end-of-archive marker, and at a header it cannot read once a
+    member was read: members hidden there pass every member and manifest rule unseen."""
+    run = demo_run.copy(tmp_path / "run")
+    files, _ = real_files(demo_run, first_archive(run))
+    sound = raw_tar(files_of(files))
+    if how == "after-the-end":  # a second tar inside the same gzip stream
+        raw = sound + raw_tar([HIDDEN])
+    else:
+        raw = corrupt_header(raw_tar([*files_of(files), Member("logs/x", b"x"), HIDDEN]), "logs/x")
+    with tarfile.open(fileobj=io.BytesIO(raw)) as tar:  # what a plain reader sees: nothing odd
+        assert sorted(tar.getnames()) == sorted([*files, MANIFEST])
+    where, _ = replace_archive(demo_run, run, data=gz(raw))
+    found = rejections(demo_run, run)
+    assert found == [(where, "archive-malformed")]
+    with pytest.raises(Rejected) as info:
+        open_cell(run / where, demo_run.key.public_key())
+    assert info.value.rule == "archive-malformed"
+    said = {
+        "after-the-end": "data after the tar's end",
+        "after-a-corrupt-header": "cannot be read; what follows it would go unchecked",
+    }[how]
+    assert said in info.value.detail
 
 
 @rule("archive-too-large")
