@@ -44,6 +44,7 @@ from oracle.signing import (
     statement,
     verify_envelope,
 )
+from oracle.verdict import contradictions
 
 MANIFEST = "manifest.sha256"
 SUFFIX = ".tar.gz"
@@ -74,6 +75,9 @@ RULES: dict[str, str] = {
     "manifest-absent-file": "the manifest lists a path that is not a member",
     "digest-mismatch": "a member whose sha256 differs from its manifest line",
     "record-invalid": "record.json or cell.json missing or not valid against its schema",
+    "record-inconsistent": "the record's verdicts contradict the verdict rules (DESIGN §5): a "
+    "known utility or a negative security verdict without verified invocation, an unknown "
+    "verdict without its reason, verdicts decided over a failed observation…",
     "cell-mismatch": "file name, record, cell.json and signed predicate disagree on the cell",
     "status-mismatch": "the signed status disagrees with the record's execution error",
 }
@@ -430,7 +434,8 @@ def open_cell(
     """Verify the archive at `path` against its envelope and every rule; `Rejected` otherwise.
 
     Order: signature first (nothing unsigned is parsed), then the archive's digest, then its
-    members, manifest and record, then the cell named by each of them."""
+    members, manifest and record, then the cell named by each of them, then the record's
+    verdicts against the verdict rules."""
     sig = signature_path(path)
     try:
         data = read_bounded(path, limits.max_archive_bytes)
@@ -471,6 +476,9 @@ def open_cell(
         where = ".".join(str(x) for x in first["loc"])
         raise Rejected("record-invalid", f"{where}: {first['msg']}") from None
     _check_identity(path.name, record, meta, st, sha256_hex(files[MANIFEST]))
+    contradicted = contradictions(record)
+    if contradicted:
+        raise Rejected("record-inconsistent", "; ".join(contradicted))
     return OpenedCell(path.name, path, digest, record, meta, st, files if keep_files else {})
 
 

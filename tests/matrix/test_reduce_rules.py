@@ -385,6 +385,37 @@ def test_record_invalid(demo_run: DemoRun, tmp_path: Path, how: str):
     assert (where, "record-invalid") in rejections(demo_run, run)
 
 
+@rule("record-inconsistent")
+@pytest.mark.parametrize("how", ["utility-without-invocation", "unknown-without-reason"])
+def test_record_inconsistent(demo_run: DemoRun, tmp_path: Path, how: str):
+    """A record that passes its schema but whose verdicts no trial could have decided: signed
+    by the right key (a signer that scored badly, or a record edited before signing)."""
+    run = demo_run.copy(tmp_path / "run")
+    path = first_archive(run)
+    files, record = real_files(demo_run, path)
+    assert record.autonomy_achieved is True and record.utility_achieved is True
+    if how == "utility-without-invocation":
+        forged = record.model_copy(
+            update={
+                "autonomy_achieved": None,
+                "evaluation_errors": {"autonomy_achieved": "invocation not verified"},
+            }
+        )
+        said = "utility_achieved is true with autonomy unknown: utility needs verified invocation"
+    else:
+        forged = record.model_copy(update={"utility_achieved": None, "evaluation_errors": {}})
+        said = "utility_achieved is unknown with no reason in evaluation_errors"
+    new = {**files, "record.json": forged.model_dump_json(indent=2).encode() + b"\n"}
+    sign_bytes(
+        path.parent, path.name, pack(new), demo_run.key, forged, manifest=manifest_bytes(new)
+    )
+    found = rejections(demo_run, run)
+    assert found == [(str(path.relative_to(run)), "record-inconsistent")]
+    with pytest.raises(Rejected) as info:
+        open_cell(path, demo_run.key.public_key())
+    assert said in info.value.detail
+
+
 @rule("cell-mismatch")
 @pytest.mark.parametrize("how", ["signed-cell", "file-name", "cell-json"])
 def test_cell_mismatch(demo_run: DemoRun, tmp_path: Path, how: str):
