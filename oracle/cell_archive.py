@@ -80,6 +80,8 @@ RULES: dict[str, str] = {
     "verdict without its reason, verdicts decided over a failed observation…",
     "cell-mismatch": "file name, record, cell.json and signed predicate disagree on the cell",
     "status-mismatch": "the signed status disagrees with the record's execution error",
+    "settings-mismatch": "an archive's harness agent or harness, model or profile settings are "
+    "not the matrix's",
 }
 
 
@@ -464,6 +466,17 @@ def open_cell(
         raise Rejected("archive-digest-mismatch", f"the statement names {names}, not {path.name}")
     if signed != digest:
         raise Rejected("archive-digest-mismatch", f"sha256 {digest[:16]}…, signed {signed[:16]}…")
+    files, record, meta = read_cell(path.name, data, st.predicate, limits)
+    return OpenedCell(path.name, path, digest, record, meta, st, files if keep_files else {})
+
+
+def read_cell(
+    name: str, data: bytes, predicate: Mapping[str, Any], limits: Limits = DEFAULT_LIMITS
+) -> tuple[dict[str, bytes], TrialRecord, CellMeta]:
+    """Every reading rule after the signature, on an archive's bytes: members, manifest,
+    record and ``cell.json``, the cell that file `name`, record, ``cell.json`` and
+    `predicate` (what is, or is to be, signed) name, and the record's verdicts. Returns the
+    members, the record and ``cell.json``, or raises `Rejected`."""
     files = members(data, limits)
     check_manifest(files)
     try:
@@ -475,27 +488,31 @@ def open_cell(
         first = exc.errors()[0]
         where = ".".join(str(x) for x in first["loc"])
         raise Rejected("record-invalid", f"{where}: {first['msg']}") from None
-    _check_identity(path.name, record, meta, st, sha256_hex(files[MANIFEST]))
+    _check_identity(name, record, meta, predicate, sha256_hex(files[MANIFEST]))
     contradicted = contradictions(record)
     if contradicted:
         raise Rejected("record-inconsistent", "; ".join(contradicted))
-    return OpenedCell(path.name, path, digest, record, meta, st, files if keep_files else {})
+    return files, record, meta
 
 
 def _check_identity(
-    name: str, record: TrialRecord, meta: CellMeta, st: Statement, manifest_digest: str
+    name: str,
+    record: TrialRecord,
+    meta: CellMeta,
+    predicate: Mapping[str, Any],
+    manifest_digest: str,
 ) -> None:
     cell = record.cell
     if meta.cell != cell:
         raise Rejected("cell-mismatch", f"cell.json says {meta.cell.id}, record {cell.id}")
-    if st.predicate.get("cell") != cell.model_dump(mode="json"):
-        raise Rejected("cell-mismatch", f"signed {st.predicate.get('cell_id')!r}, record {cell.id}")
+    if predicate.get("cell") != cell.model_dump(mode="json"):
+        raise Rejected("cell-mismatch", f"signed {predicate.get('cell_id')!r}, record {cell.id}")
     if name != archive_name(cell):
         raise Rejected("cell-mismatch", f"file name {name}, record {archive_name(cell)}")
-    if st.predicate.get("status") != status_of(record):
+    if predicate.get("status") != status_of(record):
         raise Rejected(
             "status-mismatch",
-            f"signed {st.predicate.get('status')!r}, record says {status_of(record)!r}",
+            f"signed {predicate.get('status')!r}, record says {status_of(record)!r}",
         )
-    if st.predicate.get("manifest_sha256") != manifest_digest:
+    if predicate.get("manifest_sha256") != manifest_digest:
         raise Rejected("archive-digest-mismatch", "the signed manifest digest differs")

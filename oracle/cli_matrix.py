@@ -122,10 +122,11 @@ def matrix_run(
     for t, how in s.controls.items():
         c.print(f"controls of {t}: {how}", markup=False)
     for i in s.invalid:
-        c.print(f"[yellow]invalid execution[/yellow] {i}")
+        c.print(f"[yellow]invalid execution[/yellow] {i}", highlight=False)
+    refused = f" ({len(s.refused)} refused before signing)" if s.refused else ""
     c.print(
         f"{s.cells} cells: {len(s.written)} run now, {len(s.kept)} kept from before, "
-        f"{len(s.invalid)} invalid; archives in {out / 'cells'}"
+        f"{len(s.invalid)} invalid{refused}; archives in {out / 'cells'}"
     )
 
 

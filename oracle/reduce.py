@@ -34,6 +34,7 @@ from oracle.controls_record import ControlsRecord, read_controls
 from oracle.loader import load_tasks
 from oracle.matrix import Matrix, MatrixError
 from oracle.record import Cell
+from oracle.run_id import RUN_FILE, read_run, run_id_of
 from oracle.signing import SIGNATURE_SUFFIX
 from oracle.versions import task_digest
 
@@ -42,11 +43,11 @@ SET_RULES: dict[str, str] = {
     "missing-cell": "a cell the matrix expects has no archive",
     "duplicate-cell": "two archives hold the same cell",
     "unexpected-cell": "an archive holds a cell the matrix does not have",
-    "settings-mismatch": "an archive's harness agent or harness, model or profile settings are "
-    "not the matrix's",
     "controls-missing": "a task of the matrix has no controls result",
     "duplicate-controls": "a task has two controls results",
     "task-digest-mismatch": "cells or controls of one task were made from different task code",
+    "run-mismatch": "an archive, controls result or run.json names another run than the rest "
+    "(a cell taken from another run of the same matrix), or no run at all",
     "parity": "under --require-parity: runtime versions differ between archives, a model's "
     "provider or version is not the one the matrix declares, or task code changed",
 }
@@ -92,12 +93,16 @@ class Verified:
     cells: list[OpenedCell]
     controls: dict[str, ControlsRecord]
     controls_digests: dict[str, str] = field(default_factory=dict)
+    #: The id of the run every archive and controls result was signed in.
+    run_id: str = ""
 
 
-def _scan(root: Path) -> tuple[list[Path], list[Path], list[Rejection]]:
-    """Archives, controls files and rejections for everything else, without following links."""
+def _scan(root: Path) -> tuple[list[Path], list[Path], list[Path], list[Rejection]]:
+    """Archives, controls files, run files and rejections for everything else, without
+    following links."""
     archives: list[Path] = []
     controls: list[Path] = []
+    runs: list[Path] = []
     bad: list[Rejection] = []
     envelopes: set[Path] = set()
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
@@ -120,12 +125,14 @@ def _scan(root: Path) -> tuple[list[Path], list[Path], list[Rejection]]:
                 envelopes.add(p)
             elif d.name == CONTROLS_FOLDER and name.endswith(".json"):
                 controls.append(p)
+            elif name == RUN_FILE:
+                runs.append(p)
             else:
                 bad.append(Rejection(_rel(p, root), "stray-file", "not part of a run"))
-    signed = {p.with_name(p.name + SIGNATURE_SUFFIX) for p in archives + controls}
+    signed = {p.with_name(p.name + SIGNATURE_SUFFIX) for p in archives + controls + runs}
     for p in sorted(envelopes - signed):
         bad.append(Rejection(_rel(p, root), "stray-file", "an envelope without its file"))
-    return sorted(archives), sorted(controls), bad
+    return sorted(archives), sorted(controls), sorted(runs), bad
 
 
 def _rel(p: Path, root: Path) -> str:
@@ -153,7 +160,7 @@ def verify_run(
     """Every archive and controls file under `root` verified, and the set exactly `expected`."""
     if not root.is_dir():
         raise ReduceFailed([Rejection(str(root), "unreadable", "not a folder")])
-    archives, controls_files, bad = _scan(root)
+    archives, controls_files, run_files, bad = _scan(root)
     opened: list[OpenedCell] = []
     rejected: set[str] = set()
     for path in archives:
@@ -166,9 +173,15 @@ def verify_run(
             opened.append(res)
     controls: dict[str, ControlsRecord] = {}
     digests: dict[str, str] = {}
+    made_in: dict[Path, str | None] = {c.path: run_id_of(c.statement.predicate) for c in opened}
+    for path in run_files:
+        try:
+            made_in[path] = read_run(path, public).run_id
+        except Rejected as exc:
+            bad.append(Rejection(_rel(path, root), exc.rule, exc.detail))
     for path in controls_files:
         try:
-            rec, digest = read_controls(path, public)
+            rec, digest, made_in[path] = read_controls(path, public)
         except Rejected as exc:
             bad.append(Rejection(_rel(path, root), exc.rule, exc.detail))
             continue
@@ -179,11 +192,38 @@ def verify_run(
         digests[rec.task] = digest
     bad += _check_set(root, opened, expected, rejected)
     bad += _check_controls(root, opened, controls, expected)
+    run_id, mixed = _check_run(root, made_in, set(run_files))
+    bad += mixed
     if require_parity:
         bad += _check_parity(root, opened, expected)
     if bad:
         raise ReduceFailed(bad)
-    return Verified(root, sorted(opened, key=lambda c: c.record.cell.id), controls, digests)
+    cells = sorted(opened, key=lambda c: c.record.cell.id)
+    return Verified(root, cells, controls, digests, run_id or "")
+
+
+def _check_run(
+    root: Path, made_in: dict[Path, str | None], run_files: set[Path]
+) -> tuple[str | None, list[Rejection]]:
+    """One run id across every archive, controls result and ``run.json``: that of the run
+    files when they agree, else the one most of everything names; the rest is named."""
+    from_files = {made_in[p] for p in run_files if p in made_in}
+    named = Counter(v for v in made_in.values() if v is not None)
+    if len(from_files) == 1:
+        run_id: str | None = next(iter(from_files))
+    else:
+        run_id = named.most_common(1)[0][0] if named else None
+    bad: list[Rejection] = []
+    for path, made in sorted(made_in.items()):
+        if made == run_id and made is not None:
+            continue
+        what = (
+            f"signed in run {made}; the run's id is {run_id}"
+            if made is not None
+            else "signed without a run id (made before runs had one): run the matrix again"
+        )
+        bad.append(Rejection(_rel(path, root), "run-mismatch", what))
+    return run_id, bad
 
 
 def _check_set(

@@ -172,11 +172,12 @@ class Report(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    schema_version: Literal[2] = 2
+    schema_version: Literal[3] = 3
     title: str
     generated_at: str
     matrix: str
     matrix_digest: str
+    run_id: str = Field(description="the run every input archive was signed in (its run.json)")
     signer_key_id: str = Field(description="the key every input archive was signed with")
     require_parity: bool
     attempts: int
@@ -435,6 +436,7 @@ def build_report(
         generated_at=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         matrix=matrix,
         matrix_digest=matrix_digest,
+        run_id=verified.run_id,
         signer_key_id=signer_key_id,
         require_parity=require_parity,
         attempts=len(cells),

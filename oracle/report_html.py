@@ -231,7 +231,8 @@ def html_page(r: Report) -> str:
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>{_e(r.title)}</title><style>{_CSS}</style></head><body>",
         f"<h1>{_e(r.title)}</h1>",
-        f'<p class="meta">matrix <code>{_e(r.matrix)}</code> ({_e(r.matrix_digest)}) · '
+        f'<p class="meta">matrix <code>{_e(r.matrix)}</code> ({_e(r.matrix_digest)}) · run '
+        f"<code>{_e(r.run_id)}</code> · "
         f"generated {_e(r.generated_at)} · archives signed by key "
         f"<code>{_e(r.signer_key_id[:16])}…</code> · parity "
         f"{'required' if r.require_parity else 'not required'}</p>",

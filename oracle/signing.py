@@ -35,6 +35,7 @@ PAYLOAD_TYPE = "application/vnd.in-toto+json"
 CELL_PREDICATE = "https://oracle.invalid/predicates/cell/v1"
 CONTROLS_PREDICATE = "https://oracle.invalid/predicates/controls/v1"
 REPORT_PREDICATE = "https://oracle.invalid/predicates/report/v1"
+RUN_PREDICATE = "https://oracle.invalid/predicates/run/v1"
 SIGNATURE_SUFFIX = ".dsse.json"
 #: An envelope larger than this is refused before it is parsed.
 MAX_ENVELOPE_BYTES = 4 * 1024 * 1024

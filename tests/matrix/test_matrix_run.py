@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from oracle.cell_archive import open_cell
 from oracle.matrix import MatrixError, load_matrix
 from oracle.matrix_run import run_matrix
 from oracle.reduce import expected_from, verify_run
+from oracle.run_id import RUN_FILE
 from oracle.signing import new_key, signature_path, write_key_pair
 from tests.conftest import REPO, require_service
 from tests.matrix.conftest import DemoRun
@@ -323,6 +325,32 @@ def test_resume_reruns_cells_made_with_other_settings(demo_run: DemoRun, tmp_pat
     assert len(summary.written) == 4 and len(summary.kept) == 4
     assert all("/careful/" in c for c in summary.written)
     assert all("other harness, model or profile settings" in d for d in summary.discarded)
+
+
+def test_resume_reruns_cells_of_another_run_and_keeps_its_run_id(demo_run: DemoRun, tmp_path: Path):
+    run = demo_run.copy(tmp_path / "run")
+    other = tmp_path / "other"
+    run_matrix(demo_run.matrix, other, demo_run.key, jobs=1)
+    ours = json.loads((run / RUN_FILE).read_text())["run_id"]
+    theirs = json.loads((other / RUN_FILE).read_text())["run_id"]
+    assert ours != theirs
+    stolen = sorted((other / "cells").glob("*.tar.gz"))[0]
+    for p in (stolen, signature_path(stolen)):
+        shutil.copy(p, run / "cells" / p.name)
+    (run / "controls" / "log-level.json").write_bytes(
+        (other / "controls" / "log-level.json").read_bytes()
+    )
+    signature_path(run / "controls" / "log-level.json").write_bytes(
+        signature_path(other / "controls" / "log-level.json").read_bytes()
+    )
+    summary = run_matrix(demo_run.matrix, run, demo_run.key)
+    assert summary.run_id == ours
+    assert json.loads((run / RUN_FILE).read_text())["run_id"] == ours
+    (discarded,) = summary.discarded
+    assert discarded == f"{stolen.name}: made in another run ({theirs}), not this one ({ours})"
+    assert len(summary.written) == 1 and len(summary.kept) == 7
+    assert summary.controls["log-level"] == "ran"
+    verify_run(run, demo_run.expected, demo_run.key.public_key())
 
 
 @pytest.mark.e2e

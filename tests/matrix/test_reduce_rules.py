@@ -7,7 +7,9 @@ rules and the tests in step.
 
 from __future__ import annotations
 
+import base64
 import io
+import json
 import os
 import shutil
 import tarfile
@@ -23,15 +25,26 @@ from oracle.cell_archive import (
     manifest_bytes,
     open_cell,
     pack,
+    write_signed,
 )
 from oracle.cell_archive import (
     RULES as ARCHIVE_RULES,
 )
 from oracle.controls_record import FOLDER as CONTROLS
 from oracle.matrix import load_matrix
+from oracle.matrix_run import run_matrix
 from oracle.record import TrialRecord
 from oracle.reduce import RULES, ReduceFailed, expected_from, verify_run
-from oracle.signing import MAX_ENVELOPE_BYTES, new_key, signature_path
+from oracle.run_id import RUN_FILE
+from oracle.signing import (
+    CELL_PREDICATE,
+    MAX_ENVELOPE_BYTES,
+    Subject,
+    new_key,
+    sha256_hex,
+    signature_path,
+    statement,
+)
 from tests.matrix.conftest import DemoRun
 from tests.matrix_helpers import Member, files_of, gz, raw_tar, sign_bytes, write_matrix
 
@@ -583,6 +596,73 @@ def test_task_digest_mismatch(demo_run: DemoRun, tmp_path: Path):
     assert (CONTROLS, "task-digest-mismatch") not in found  # the other cells of it agree
 
 
+@pytest.fixture(scope="module")
+def second_run(demo_run: DemoRun, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Another run of the same matrix, signed with the same key: same cells, another run id."""
+    out = tmp_path_factory.mktemp("second") / "run"
+    run_matrix(demo_run.matrix, out, demo_run.key)
+    return out
+
+
+def run_id(run: Path) -> str:
+    return str(json.loads((run / RUN_FILE).read_text())["run_id"])
+
+
+@rule("run-mismatch")
+@pytest.mark.parametrize("what", ["cell", "controls"])
+def test_a_cell_from_another_run_of_the_matrix_is_refused(
+    demo_run: DemoRun, second_run: Path, tmp_path: Path, what: str
+):
+    run = demo_run.copy(tmp_path / "run")
+    ours, theirs = run_id(run), run_id(second_run)
+    assert ours != theirs
+    # Each run alone verifies; one file taken from the other (with its valid envelope) does not.
+    verify_run(second_run, demo_run.expected, demo_run.key.public_key())
+    if what == "cell":
+        swapped = first_archive(second_run).relative_to(second_run)
+    else:
+        swapped = Path(CONTROLS) / "log-level.json"
+    for p in (swapped, Path(str(swapped) + ".dsse.json")):
+        shutil.copy(second_run / p, run / p)
+    with pytest.raises(ReduceFailed) as info:
+        verify_run(run, demo_run.expected, demo_run.key.public_key())
+    (r,) = info.value.rejections
+    assert (r.where, r.rule) == (str(swapped), "run-mismatch")
+    assert r.detail == f"signed in run {theirs}; the run's id is {ours}"
+
+
+@rule("run-mismatch")
+def test_archives_signed_without_a_run_id_are_refused(demo_run: DemoRun, tmp_path: Path):
+    run = demo_run.copy(tmp_path / "run")
+    path = first_archive(run)
+    files, record = real_files(demo_run, path)
+    data = path.read_bytes()
+    sign_bytes(path.parent, path.name, data, demo_run.key, record, manifest=manifest_bytes(files))
+    verify_run(run, demo_run.expected, demo_run.key.public_key())  # re-signed in its run: fine
+    predicate = json.loads(
+        base64.b64decode(json.loads(signature_path(path).read_text())["payload"])
+    )["predicate"]
+    assert predicate["run_id"] == run_id(run)
+    st = statement(
+        [Subject(path.name, sha256_hex(data))],
+        CELL_PREDICATE,
+        {k: v for k, v in predicate.items() if k != "run_id"},
+    )
+    write_signed(path.parent, path.name, data, st, demo_run.key)
+    found = rejections(demo_run, run)
+    assert found == [(str(path.relative_to(run)), "run-mismatch")]
+
+
+def test_a_run_file_of_another_run_is_named(demo_run: DemoRun, second_run: Path, tmp_path: Path):
+    run = demo_run.copy(tmp_path / "run")
+    other = run / "elsewhere"
+    other.mkdir()
+    for name in (RUN_FILE, RUN_FILE + ".dsse.json"):
+        shutil.copy(second_run / name, other / name)
+    # Two run files that disagree: the one most archives agree with is the run's.
+    assert rejections(demo_run, run) == [(f"elsewhere/{RUN_FILE}", "run-mismatch")]
+
+
 @rule("parity")
 @pytest.mark.parametrize("what", ["runtime", "model-version", "task-code"])
 def test_parity(demo_run: DemoRun, tmp_path: Path, what: str):
@@ -680,10 +760,10 @@ def test_every_rule_has_a_test():
         "missing-cell",
         "duplicate-cell",
         "unexpected-cell",
-        "settings-mismatch",
         "controls-missing",
         "duplicate-controls",
         "task-digest-mismatch",
+        "run-mismatch",
         "parity",
     }
     assert set(RULES) - TESTED == set()
