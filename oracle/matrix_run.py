@@ -60,7 +60,7 @@ from oracle.matrix import Matrix, MatrixError, parse_matrix
 from oracle.record import Cell
 from oracle.run_id import ensure_run, run_id_of
 from oracle.sandbox import Sandbox, SandboxView
-from oracle.signing import SIGNATURE_SUFFIX, signature_path
+from oracle.signing import SIGNATURE_SUFFIX, default_key_folder, signature_path
 from oracle.task import Task
 from oracle.trial import run_trial
 from oracle.versions import task_digest
@@ -85,6 +85,16 @@ class MatrixAgent:
         # folders an isolated agent must not see, to which the run's own archives are added.
         private = (*view.private, *(h for h in self.hidden if h not in view.private))
         return self.base.run(replace(view, env={**view.env, **self.env}, private=private))
+
+
+def key_folders(key_path: Path | None) -> list[Path]:
+    """The folders that hold signing keys, which no cell's agent may see: that of
+    `key_path`, and the default key folder where it exists."""
+    folders = [key_path.absolute().parent] if key_path is not None else []
+    default = default_key_folder()
+    if default.is_dir() and default not in folders:
+        folders.append(default)
+    return folders
 
 
 def _setting_env(matrix: Matrix, cell: Cell) -> dict[str, str]:
@@ -130,7 +140,8 @@ class WorkerContext:
     matrix: Matrix
     tasks: dict[str, Task]
     agents: dict[str, Agent] = field(default_factory=dict)
-    #: Folders no cell's agent may see: the run's output (its archives) and archives beside it.
+    #: Folders no cell's agent may see: the run's output (its archives), archives beside it,
+    #: and the folder of the key that signs them.
     hidden: tuple[Path, ...] = ()
 
     @classmethod
@@ -465,16 +476,24 @@ def run_matrix(
     executor: str = "local",
     address: str | None = None,
     progress: ProgressHook | None = None,
+    key_path: Path | None = None,
 ) -> RunSummary:
     """Run every cell of `matrix` not already finished under `out`; sign and write archives.
 
     `jobs` > 1 runs cells side by side in local worker processes; ``executor="ray"`` sends them
     to the Ray cluster at `address`. `progress(stage, done, total)` is called as cells finish.
+    `key_path` is where `key` was read from: its folder is hidden from every cell's agent, as
+    are `out` (see `private_folders`) and the default key folder.
     """
     if executor not in EXECUTORS:
         raise MatrixError(f"unknown executor {executor!r}: use {', '.join(EXECUTORS)}")
+    if key_path is not None and key_path.absolute().is_relative_to(out.absolute()):
+        raise MatrixError(
+            f"the key {key_path} is inside the run folder {out}: keep keys outside every run "
+            f"(by default in {default_key_folder()})"
+        )
     matrix_bytes = matrix.path.read_bytes()
-    hidden = [str(p) for p in private_folders(out)]
+    hidden = [str(p) for p in (*private_folders(out), *key_folders(key_path))]
     ctx = WorkerContext.load(matrix_bytes, str(matrix.path), hidden)
     cells = matrix.cells(sorted(ctx.tasks))
     out.mkdir(parents=True, exist_ok=True)
