@@ -119,7 +119,7 @@ def run(profiler: cProfile.Profile | None = None) -> Result:
                 matrix=matrix.name,
                 matrix_digest=matrix.digest,
                 signer_key_id=key_id(public),
-                require_parity=False,
+                require_parity=True,
             )
             assert report.attempts == CELLS and report.invalid == 0
             write_report(report, work / "report", key)  # type: ignore[arg-type]

@@ -196,12 +196,21 @@ def reduce_command(
         Path | None,
         typer.Option(help="private key that signs the report (default: KEY with .key suffix)"),
     ] = None,
+    no_parity: Annotated[
+        bool,
+        typer.Option(
+            "--no-parity",
+            help="accept mixed oracle, Python, package and agent program versions, model "
+            "providers or versions other than the matrix declares, and changed task code "
+            "(refused by default); the report says so in its header",
+        ),
+    ] = False,
     require_parity: Annotated[
         bool,
         typer.Option(
             "--require-parity",
-            help="reject mixed runtime versions, a model provider/version other than the "
-            "matrix declares, and changed task code",
+            hidden=True,
+            help="deprecated: parity is required by default; this option does nothing",
         ),
     ] = False,
     max_members: Annotated[int, typer.Option(help="members per archive")] = Limits.max_members,
@@ -229,10 +238,17 @@ def reduce_command(
     except (MatrixError, KeyFileError) as exc:
         raise _fail(str(exc)) from None
     c = console()
+    if require_parity and no_parity:
+        raise _fail("--require-parity and --no-parity contradict each other")
+    if require_parity:
+        c.print(
+            "[yellow]note:[/yellow] --require-parity is deprecated and does nothing: parity "
+            "is required by default (--no-parity turns it off)"
+        )
     if out.resolve().is_relative_to(run.resolve()):
         raise _fail(f"{out} is inside the run folder {run}: put the report elsewhere")
     try:
-        verified = verify_run(run, exp, public, require_parity=require_parity, limits=limits)
+        verified = verify_run(run, exp, public, require_parity=not no_parity, limits=limits)
     except ReduceFailed as exc:
         for r in exc.rejections:
             c.print(f"[red]rejected[/red] {r}", highlight=False)
@@ -247,7 +263,7 @@ def reduce_command(
         matrix=m.name,
         matrix_digest=m.digest,
         signer_key_id=key_id(public),
-        require_parity=require_parity,
+        require_parity=not no_parity,
     )
     try:
         written = write_report(report, out, private)
@@ -255,6 +271,6 @@ def reduce_command(
         raise _fail(str(exc)) from None
     c.print(
         f"[green]verified {len(verified.cells)} archives[/green] "
-        f"({report.invalid} invalid executions); report: "
+        f"({report.invalid} invalid executions); parity {report.parity}; report: "
         + ", ".join(str(p) for p in written.values())
     )

@@ -48,8 +48,9 @@ SET_RULES: dict[str, str] = {
     "task-digest-mismatch": "cells or controls of one task were made from different task code",
     "run-mismatch": "an archive, controls result or run.json names another run than the rest "
     "(a cell taken from another run of the same matrix), or no run at all",
-    "parity": "under --require-parity: runtime versions differ between archives, a model's "
-    "provider or version is not the one the matrix declares, or task code changed",
+    "parity": "unless --no-parity: runtime versions (oracle, Python, packages…) differ between "
+    "archives, a harness's agent program (file digest or --version) differs between its cells, "
+    "a model's provider or version is not the one the matrix declares, or task code changed",
 }
 RULES: dict[str, str] = {**ARCHIVE_RULES, **SET_RULES}
 __doc__ = (__doc__ or "") + "".join(f"\n- ``{k}``: {v}" for k, v in SET_RULES.items())
@@ -154,10 +155,11 @@ def verify_run(
     expected: Expected,
     public: Ed25519PublicKey,
     *,
-    require_parity: bool = False,
+    require_parity: bool = True,
     limits: Limits = DEFAULT_LIMITS,
 ) -> Verified:
-    """Every archive and controls file under `root` verified, and the set exactly `expected`."""
+    """Every archive and controls file under `root` verified, and the set exactly `expected`;
+    with `require_parity` (the default), the same versions everywhere (`_check_parity`)."""
     if not root.is_dir():
         raise ReduceFailed([Rejection(str(root), "unreadable", "not a folder")])
     archives, controls_files, run_files, bad = _scan(root)
@@ -267,7 +269,7 @@ def _check_set(
 def _identity(m: CellMeta) -> CellMeta:
     """What must match the matrix exactly. The model's provider and version are left to
     parity: they describe what served the model, and a difference from the matrix is refused
-    only under ``--require-parity`` (the report lists every version it saw)."""
+    unless ``--no-parity`` (the report lists every version it saw)."""
     return m.model_copy(
         update={
             "matrix_digest": "",
@@ -343,6 +345,7 @@ def _check_parity(root: Path, opened: list[OpenedCell], expected: Expected) -> l
                             f"runtime {k} is {v!r}; {n} other archive(s) have {common!r}",
                         )
                     )
+    bad += _check_programs(root, opened)
     # Provider and model version: what the matrix declares for the cell's model. Compared
     # with the matrix, not only across archives: a run whose cells all agree with each other
     # but were made with another provider or version than the matrix names is not this matrix.
@@ -374,6 +377,45 @@ def _check_parity(root: Path, opened: list[OpenedCell], expected: Expected) -> l
                     f"task {c.record.cell.task!r} has changed since this cell ran",
                 )
             )
+    return bad
+
+
+def program_of(c: OpenedCell) -> str | None:
+    """The agent program a cell's record names, as compared for parity: its version (or why
+    there is none) and its file's sha256; None where no program was started."""
+    inv = c.record.invocation
+    prog = inv.program if inv is not None else None
+    if prog is None:
+        return None
+    version = prog.version if prog.version is not None else f"no version ({prog.note})"
+    return f"{prog.path}: {version}, sha256 {prog.sha256 or f'unknown ({prog.note})'}"
+
+
+def _check_programs(root: Path, opened: list[OpenedCell]) -> list[Rejection]:
+    """Within each harness, every cell that started a program started the same one: same file
+    digest, same answer to ``--version``. Harnesses are not compared with each other (they
+    are different agents), and a cell whose program never started has none to compare."""
+    bad: list[Rejection] = []
+    by_harness: dict[str, list[tuple[OpenedCell, str]]] = defaultdict(list)
+    for c in opened:
+        prog = program_of(c)
+        if prog is not None:
+            by_harness[c.record.cell.harness].append((c, prog))
+    for harness, group in sorted(by_harness.items()):
+        counts = Counter(prog for _, prog in group)
+        if len(counts) < 2:
+            continue
+        common, n = counts.most_common(1)[0]
+        for c, prog in group:
+            if prog != common:
+                bad.append(
+                    Rejection(
+                        _rel(c.path, root),
+                        "parity",
+                        f"harness {harness!r} ran agent program {prog}; {n} other archive(s) "
+                        f"of it ran {common}",
+                    )
+                )
     return bad
 
 

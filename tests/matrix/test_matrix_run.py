@@ -458,18 +458,6 @@ def test_an_isolated_agent_in_a_matrix_cannot_see_the_runs_archives(tmp_path: Pa
         }
 
 
-@pytest.fixture
-def outside_tmp(tmp_path: Path):
-    """A folder outside /tmp (which every sandbox hides wholesale), removed afterwards: what
-    is in it is on the host's filesystem that an isolated agent sees read-only, unless hidden."""
-    path = REPO / ".test-archives" / tmp_path.name
-    path.mkdir(parents=True)
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
-
-
 @pytest.mark.e2e
 @pytest.mark.parametrize("where", ["default", "explicit"])
 def test_an_isolated_agent_finds_no_private_key(outside_tmp: Path, where: str):

@@ -102,7 +102,7 @@ def crafted(demo: DemoRun, tmp_path: Path, mutate: Callable[[dict[str, bytes]], 
 
 
 def test_the_demo_run_verifies(demo_run: DemoRun):
-    v = verify_run(demo_run.run, demo_run.expected, demo_run.key.public_key(), require_parity=True)
+    v = verify_run(demo_run.run, demo_run.expected, demo_run.key.public_key())  # parity held
     assert len(v.cells) == 8
     assert sorted(v.controls) == ["log-level", "orders-cleanup", "release-notes", "user-rename"]
 
@@ -689,10 +689,10 @@ def test_parity(demo_run: DemoRun, tmp_path: Path, what: str):
             record,
             manifest=manifest_bytes(files),
         )
-    # Without --require-parity the run reduces; with it, the odd archive is named.
-    verify_run(run, expected, demo_run.key.public_key())
+    # By default the odd archive is named; without parity (--no-parity) the run reduces.
+    verify_run(run, expected, demo_run.key.public_key(), require_parity=False)
     with pytest.raises(ReduceFailed) as info:
-        verify_run(run, expected, demo_run.key.public_key(), require_parity=True)
+        verify_run(run, expected, demo_run.key.public_key())
     found = info.value.rejections
     if what == "task-code":  # every cell of that task is named
         same_task = sorted((run / "cells").glob(f"{record.cell.task}__*.tar.gz"))
@@ -746,9 +746,9 @@ def test_parity_holds_archives_to_the_model_the_matrix_declares(
         assert [c.id for c in expected.cells] == [c.id for c in demo_run.expected.cells]
         got, want = "none/none", "other/B"
     assert len(names) == 8
-    verify_run(run, expected, demo_run.key.public_key())  # allowed without --require-parity
+    verify_run(run, expected, demo_run.key.public_key(), require_parity=False)  # --no-parity
     with pytest.raises(ReduceFailed) as info:
-        verify_run(run, expected, demo_run.key.public_key(), require_parity=True)
+        verify_run(run, expected, demo_run.key.public_key())
     found = info.value.rejections
     assert sorted((r.where, r.rule) for r in found) == [(n, "parity") for n in names]
     assert all(f"is {got}; the matrix declares {want}" in r.detail for r in found)
