@@ -409,3 +409,27 @@ def test_reduce_holds_parity_by_default_and_the_report_states_no_parity(outside_
     assert "- parity: **not checked (--no-parity)**: its archives may come from mixed" in md
     page = (outside_tmp / "report" / "report.html").read_text()
     assert 'parity <b class="warn">not checked (--no-parity)</b>: its archives may come' in page
+
+
+def test_a_cell_swapped_in_from_another_run_of_the_matrix_is_refused(tmp_path: Path):
+    """Two runs of the same matrix with the same key: each reduces; a cell of one copied over
+    the same cell of the other (with its valid envelope) is named, and no report is made."""
+    assert oracle("keys", "new", "--out", "keys", cwd=tmp_path).returncode == 0
+    matrix = write_matrix(tmp_path / "m", tasks=EMBEDDED[0])
+    for run in ("run1", "run2"):
+        args = ["--out", run, "--key", "keys/oracle.key"]
+        out = oracle("matrix", "run", str(matrix), *args, cwd=tmp_path)
+        assert out.returncode == 0, out.stdout + out.stderr
+    ids = [json.loads((tmp_path / r / "run.json").read_text())["run_id"] for r in ("run1", "run2")]
+    assert ids[0] != ids[1]
+    name = "log-level__obedient__none__default__r0.tar.gz"
+    for n in (name, name + ".dsse.json"):
+        shutil.copy(tmp_path / "run2" / "cells" / n, tmp_path / "run1" / "cells" / n)
+    args = ["--expect", str(matrix), "--key", "keys/oracle.pub", "--out", "report"]
+    out = oracle("reduce", "run1", *args, cwd=tmp_path)
+    assert out.returncode == 1
+    text = " ".join(out.stdout.split())
+    assert f"rejected cells/{name}: run-mismatch: signed in run {ids[1]}; the run's id is " in text
+    assert "1 rejection(s) (run-mismatch); no report was made" in text
+    assert not (tmp_path / "report").exists()
+    assert oracle("reduce", "run2", *args, cwd=tmp_path).returncode == 0
