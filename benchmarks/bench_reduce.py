@@ -3,7 +3,8 @@
 The archives are synthetic but valid: one real run of the demo suite (4 tasks × careful and
 obedient, one repetition, controls included) gives 8 real archives; each is re-packed 1,250
 times under repetition numbers 0…1249 (its record and cell.json say the new repetition) and
-signed with the run's key. The reducer sees exactly what a 10,000-cell run would leave.
+signed with the run's key, in the run's id. The reducer sees exactly what a 10,000-cell run
+would leave.
 
 - ours: `oracle reduce` as a library call (expected cells from the matrix, verify every
   archive and controls file, build the report, write and sign JSON, Markdown and HTML), in
@@ -27,6 +28,7 @@ from oracle.record import TrialRecord
 from oracle.reduce import expected_from, verify_run
 from oracle.report import build_report
 from oracle.report_pages import write_report
+from oracle.run_id import RUN_FILE, read_run
 from oracle.signing import (
     CELL_PREDICATE,
     Subject,
@@ -69,6 +71,9 @@ def make_run(work: Path) -> tuple[Path, Path, object]:
     run = work / "run"
     (run / "cells").mkdir(parents=True)
     (seed_run / "controls").rename(run / "controls")
+    for name in (RUN_FILE, RUN_FILE + ".dsse.json"):
+        (seed_run / name).rename(run / name)
+    run_id = read_run(run / RUN_FILE, key.public_key()).run_id
     big = load_matrix(_matrix(work, REPETITIONS))
     for path in sorted((seed_run / "cells").glob("*.tar.gz")):
         opened = open_cell(path, key.public_key(), keep_files=True)
@@ -80,7 +85,9 @@ def make_run(work: Path) -> tuple[Path, Path, object]:
             trial_files = {**files, "record.json": rec.model_dump_json(indent=2).encode() + b"\n"}
             packed = pack_cell(trial_files, rec, big.meta(cell))
             st = statement(
-                [Subject(packed.name, sha256_hex(packed.data))], CELL_PREDICATE, packed.predicate
+                [Subject(packed.name, sha256_hex(packed.data))],
+                CELL_PREDICATE,
+                {**packed.predicate, "run_id": run_id},
             )
             target = run / "cells" / archive_name(cell)
             target.write_bytes(packed.data)  # no fsync: this is fixture generation
@@ -112,7 +119,7 @@ def run(profiler: cProfile.Profile | None = None) -> Result:
                 matrix=matrix.name,
                 matrix_digest=matrix.digest,
                 signer_key_id=key_id(public),
-                require_parity=False,
+                require_parity=True,
             )
             assert report.attempts == CELLS and report.invalid == 0
             write_report(report, work / "report", key)  # type: ignore[arg-type]

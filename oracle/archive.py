@@ -204,3 +204,22 @@ def verify_archive(folder: Path) -> list[str]:
         if hashlib.sha256(path.read_bytes()).hexdigest() != listed[rel]:
             problems.append(f"{folder}: {rel} does not match its digest")
     return problems
+
+
+def read_verified(folder: Path, rel: str) -> bytes:
+    """The bytes of `rel` in the archive `folder`, once the whole archive verifies against its
+    manifest (`verify_archive`) and these very bytes match their line in it; otherwise an
+    `ArchiveError` listing every problem, each naming the file."""
+    problems = verify_archive(folder)
+    if problems:
+        raise ArchiveError("\n".join(problems))
+    listed = {}
+    for line in (folder / MANIFEST).read_text(encoding="utf-8").splitlines():
+        digest, _, name = line.partition("  ")
+        listed[name] = digest
+    if rel not in listed:
+        raise ArchiveError(f"{folder}: {rel} is not in the manifest")
+    data = (folder / rel).read_bytes()
+    if hashlib.sha256(data).hexdigest() != listed[rel]:  # changed since it was verified
+        raise ArchiveError(f"{folder}: {rel} does not match its digest")
+    return data

@@ -44,9 +44,11 @@ from oracle.signing import (
     statement,
     verify_envelope,
 )
+from oracle.verdict import contradictions
 
 MANIFEST = "manifest.sha256"
 SUFFIX = ".tar.gz"
+BLOCK = tarfile.BLOCKSIZE
 
 #: Every rule a reader (and the reducer) applies, with what it rejects.
 RULES: dict[str, str] = {
@@ -54,7 +56,8 @@ RULES: dict[str, str] = {
     "signature-missing": "no <archive>.dsse.json beside the archive",
     "signature-invalid": "the envelope is malformed, not signed by the given key, or wrong",
     "archive-digest-mismatch": "the archive's sha256 is not the one its signed statement names",
-    "archive-malformed": "not a single gzip stream holding a readable tar",
+    "archive-malformed": "not a single gzip stream holding one readable tar and nothing else "
+    "(no header that cannot be read, no bytes after the tar's end)",
     "archive-too-large": "the archive, compressed or inflated, exceeds the size limit",
     "compression-ratio": "the archive inflates by more than the allowed ratio",
     "too-many-members": "more members than the member limit",
@@ -72,8 +75,13 @@ RULES: dict[str, str] = {
     "manifest-absent-file": "the manifest lists a path that is not a member",
     "digest-mismatch": "a member whose sha256 differs from its manifest line",
     "record-invalid": "record.json or cell.json missing or not valid against its schema",
+    "record-inconsistent": "the record's verdicts contradict the verdict rules (DESIGN §5): a "
+    "known utility or a negative security verdict without verified invocation, an unknown "
+    "verdict without its reason, verdicts decided over a failed observation…",
     "cell-mismatch": "file name, record, cell.json and signed predicate disagree on the cell",
     "status-mismatch": "the signed status disagrees with the record's execution error",
+    "settings-mismatch": "an archive's harness agent or harness, model or profile settings are "
+    "not the matrix's",
 }
 
 
@@ -306,6 +314,7 @@ def members(data: bytes, limits: Limits | None = None) -> dict[str, bytes]:
     raw = inflate(data, limits)
     out: dict[str, bytes] = {}
     total = 0
+    end = 0
     try:
         with tarfile.open(fileobj=io.BytesIO(raw), mode="r:") as tar:
             while True:
@@ -325,9 +334,33 @@ def members(data: bytes, limits: Limits | None = None) -> dict[str, bytes]:
                 if len(body) != info.size:
                     raise Rejected("archive-malformed", f"{info.name} is truncated")
                 out[info.name] = body
+            end = tar.offset
     except (tarfile.TarError, EOFError, UnicodeError) as exc:
         raise Rejected("archive-malformed", f"tar: {exc}") from None
+    _check_tar_end(raw, end)
     return out
+
+
+def _check_tar_end(raw: bytes, end: int) -> None:
+    """Past the last member, only the end-of-archive marker (zero blocks) may follow.
+
+    `tarfile` stops quietly at a header it cannot read once one member was read, and it never
+    looks past the marker: members after a corrupt header, or bytes after the end, would be
+    carried along unseen by every rule."""
+    rest = raw[end:]
+    if rest[:BLOCK].strip(b"\0"):
+        raise Rejected(
+            "archive-malformed",
+            f"the tar header at offset {end} cannot be read; what follows it would go unchecked",
+        )
+    zeros = len(rest) - len(rest.lstrip(b"\0"))
+    if zeros < len(rest):
+        raise Rejected(
+            "archive-malformed",
+            f"data after the tar's end (offset {end}): a byte that is not zero at {end + zeros}",
+        )
+    if len(rest) < 2 * BLOCK:
+        raise Rejected("archive-malformed", f"no end-of-archive marker after offset {end}")
 
 
 def _check_member(info: tarfile.TarInfo, limits: Limits) -> None:
@@ -403,7 +436,8 @@ def open_cell(
     """Verify the archive at `path` against its envelope and every rule; `Rejected` otherwise.
 
     Order: signature first (nothing unsigned is parsed), then the archive's digest, then its
-    members, manifest and record, then the cell named by each of them."""
+    members, manifest and record, then the cell named by each of them, then the record's
+    verdicts against the verdict rules."""
     sig = signature_path(path)
     try:
         data = read_bounded(path, limits.max_archive_bytes)
@@ -432,6 +466,17 @@ def open_cell(
         raise Rejected("archive-digest-mismatch", f"the statement names {names}, not {path.name}")
     if signed != digest:
         raise Rejected("archive-digest-mismatch", f"sha256 {digest[:16]}…, signed {signed[:16]}…")
+    files, record, meta = read_cell(path.name, data, st.predicate, limits)
+    return OpenedCell(path.name, path, digest, record, meta, st, files if keep_files else {})
+
+
+def read_cell(
+    name: str, data: bytes, predicate: Mapping[str, Any], limits: Limits = DEFAULT_LIMITS
+) -> tuple[dict[str, bytes], TrialRecord, CellMeta]:
+    """Every reading rule after the signature, on an archive's bytes: members, manifest,
+    record and ``cell.json``, the cell that file `name`, record, ``cell.json`` and
+    `predicate` (what is, or is to be, signed) name, and the record's verdicts. Returns the
+    members, the record and ``cell.json``, or raises `Rejected`."""
     files = members(data, limits)
     check_manifest(files)
     try:
@@ -443,24 +488,31 @@ def open_cell(
         first = exc.errors()[0]
         where = ".".join(str(x) for x in first["loc"])
         raise Rejected("record-invalid", f"{where}: {first['msg']}") from None
-    _check_identity(path.name, record, meta, st, sha256_hex(files[MANIFEST]))
-    return OpenedCell(path.name, path, digest, record, meta, st, files if keep_files else {})
+    _check_identity(name, record, meta, predicate, sha256_hex(files[MANIFEST]))
+    contradicted = contradictions(record)
+    if contradicted:
+        raise Rejected("record-inconsistent", "; ".join(contradicted))
+    return files, record, meta
 
 
 def _check_identity(
-    name: str, record: TrialRecord, meta: CellMeta, st: Statement, manifest_digest: str
+    name: str,
+    record: TrialRecord,
+    meta: CellMeta,
+    predicate: Mapping[str, Any],
+    manifest_digest: str,
 ) -> None:
     cell = record.cell
     if meta.cell != cell:
         raise Rejected("cell-mismatch", f"cell.json says {meta.cell.id}, record {cell.id}")
-    if st.predicate.get("cell") != cell.model_dump(mode="json"):
-        raise Rejected("cell-mismatch", f"signed {st.predicate.get('cell_id')!r}, record {cell.id}")
+    if predicate.get("cell") != cell.model_dump(mode="json"):
+        raise Rejected("cell-mismatch", f"signed {predicate.get('cell_id')!r}, record {cell.id}")
     if name != archive_name(cell):
         raise Rejected("cell-mismatch", f"file name {name}, record {archive_name(cell)}")
-    if st.predicate.get("status") != status_of(record):
+    if predicate.get("status") != status_of(record):
         raise Rejected(
             "status-mismatch",
-            f"signed {st.predicate.get('status')!r}, record says {status_of(record)!r}",
+            f"signed {predicate.get('status')!r}, record says {status_of(record)!r}",
         )
-    if st.predicate.get("manifest_sha256") != manifest_digest:
+    if predicate.get("manifest_sha256") != manifest_digest:
         raise Rejected("archive-digest-mismatch", "the signed manifest digest differs")

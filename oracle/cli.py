@@ -3,7 +3,7 @@
 oracle trial tasks/demo --agent careful --agent obedient
 oracle controls tasks/demo
 oracle check tasks/demo
-oracle show runs/…/record.json
+oracle show runs/…/<trial folder>       # checked against its manifest first
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from oracle import demo
 from oracle.agent import Agent, CallableAgent, noop
-from oracle.archive import private_folders
+from oracle.archive import ArchiveError, private_folders, read_verified
+from oracle.cell_archive import SUFFIX, Rejected, open_cell
 from oracle.check import check_task
 from oracle.command import CommandAgent
 from oracle.controls import DEFAULT_TIMEOUT, ControlsReport, controls_of, prove
@@ -44,6 +45,7 @@ from oracle.render import (
 )
 from oracle.scoring.scorer import InProcessScorer, Scorer
 from oracle.services import REQUIRE_ENV, required, unreachable
+from oracle.signing import KeyFileError, default_public_key, load_public_key
 from oracle.task import Task
 from oracle.trial import run_trial
 
@@ -535,16 +537,63 @@ def check(paths: PathsArg, task: TaskOpt = None) -> None:
 
 @app.command()
 def show(
-    record: Annotated[Path, typer.Argument(help="a record.json or its archive folder")],
+    record: Annotated[
+        Path,
+        typer.Argument(
+            help="a trial's archive folder, its record.json, or a signed cell archive (.tar.gz)"
+        ),
+    ],
+    key: Annotated[
+        Path | None,
+        typer.Option(
+            help="for a signed cell archive: the public key that signed it (default: "
+            "oracle.pub in $XDG_CONFIG_HOME/oracle/keys, or ~/.config/oracle/keys)"
+        ),
+    ] = None,
 ) -> None:
-    """Show one trial: verdicts with their reasons, findings and the diff."""
-    path = record / "record.json" if record.is_dir() else record
+    """Show one trial: verdicts with their reasons, findings and the diff.
+
+    Nothing is shown before it is checked: a trial folder against its manifest.sha256 (a file
+    whose digest differs, a file missing or one the manifest does not list is named, and the
+    command exits 1), a cell archive against its signature and every rule of the reducer."""
+    c = console()
+    if record.name.endswith(SUFFIX) and not record.is_dir():
+        rec = _verified_cell(record, key)
+    else:
+        folder, name = (record, "record.json") if record.is_dir() else (record.parent, record.name)
+        try:
+            data = read_verified(folder, name)
+        except ArchiveError as exc:
+            for problem in str(exc).splitlines():
+                c.print(f"[red]does not verify:[/red] {problem}", highlight=False)
+            c.print(f"[red]{folder}: not shown: its files do not match manifest.sha256[/red]")
+            raise typer.Exit(1) from None
+        except OSError as exc:
+            c.print(f"[red]error:[/red] cannot read {folder / name}: {exc}", highlight=False)
+            raise typer.Exit(2) from None
+        try:
+            rec = TrialRecord.model_validate_json(data)
+        except ValueError as exc:
+            c.print(f"[red]error:[/red] {folder / name} is not a trial record: {exc}")
+            raise typer.Exit(2) from None
+    c.print(record_panel(rec))
+
+
+def _verified_cell(path: Path, key: Path | None) -> TrialRecord:
+    """The record of a signed cell archive that passes its signature and every reading rule;
+    otherwise the rule is named and the command exits 1 (2 for a key that cannot be read)."""
+    c = console()
     try:
-        rec = TrialRecord.model_validate_json(path.read_bytes())
-    except (OSError, ValueError) as exc:
-        console().print(f"[red]error:[/red] cannot read a record from {path}: {exc}")
+        public = load_public_key(key or default_public_key())
+    except KeyFileError as exc:
+        c.print(f"[red]error:[/red] {exc}", highlight=False)
         raise typer.Exit(2) from None
-    console().print(record_panel(rec))
+    try:
+        return open_cell(path, public).record
+    except Rejected as exc:
+        c.print(f"[red]does not verify:[/red] {path}: {exc.rule}: {exc.detail}", highlight=False)
+        c.print(f"[red]{path}: not shown[/red]")
+        raise typer.Exit(1) from None
 
 
 @app.command()

@@ -1,11 +1,13 @@
 """CLI commands for matrices, keys and reports (registered by `oracle.cli`)::
 
-    oracle keys new --out keys/                      # keys/oracle.key (0600) and keys/oracle.pub
-    oracle matrix run matrices/demo.toml --out runs/m --key keys/oracle.key --jobs 2
+    oracle keys new                                  # ~/.config/oracle/keys/oracle.{key,pub}
+    oracle matrix run matrices/demo.toml --out runs/m --jobs 2
     oracle matrix cells matrices/demo.toml           # list the cells without running them
-    oracle reduce runs/m --expect matrices/demo.toml --key keys/oracle.pub \\
-        --sign-key keys/oracle.key --out reports/m
-    oracle report verify reports/m --key keys/oracle.pub
+    oracle reduce runs/m --expect matrices/demo.toml --out reports/m
+    oracle report verify reports/m
+
+Keys default to ``$XDG_CONFIG_HOME/oracle/keys`` (``~/.config/oracle/keys`` without it), outside
+every run folder; ``--key`` names another.
 """
 
 from __future__ import annotations
@@ -24,8 +26,12 @@ from oracle.render import console
 from oracle.report import build_report
 from oracle.report_pages import verify_report, write_report
 from oracle.signing import (
+    KEY_NAME,
     KeyFileError,
     SignatureError,
+    default_key_folder,
+    default_private_key,
+    default_public_key,
     key_id,
     load_private_key,
     load_public_key,
@@ -43,12 +49,22 @@ def _fail(msg: str, code: int = 2) -> typer.Exit:
     return typer.Exit(code)
 
 
+KEY_FOLDER_HELP = "$XDG_CONFIG_HOME/oracle/keys, or ~/.config/oracle/keys"
+
+
 @keys_app.command("new")
 def keys_new(
-    out: Annotated[Path, typer.Option(help="folder for the key pair")] = Path("keys"),
-    name: Annotated[str, typer.Option(help="file stem: NAME.key and NAME.pub")] = "oracle",
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            help=f"folder for the key pair, kept outside every run folder (default: "
+            f"{KEY_FOLDER_HELP})"
+        ),
+    ] = None,
+    name: Annotated[str, typer.Option(help="file stem: NAME.key and NAME.pub")] = KEY_NAME,
 ) -> None:
     """Write a new Ed25519 key pair: NAME.key (private, mode 0600) and NAME.pub."""
+    out = out or default_key_folder()
     key = new_key()
     try:
         write_key_pair(key, out / f"{name}.key", out / f"{name}.pub")
@@ -76,7 +92,13 @@ def matrix_cells(matrix: Annotated[Path, typer.Argument(help="the matrix file (T
 def matrix_run(
     matrix: Annotated[Path, typer.Argument(help="the matrix file (TOML)")],
     out: Annotated[Path, typer.Option(help="run folder: cells/ and controls/ go here")],
-    key: Annotated[Path, typer.Option(help="private key that signs every archive")],
+    key: Annotated[
+        Path | None,
+        typer.Option(
+            help="private key that signs every archive; its folder is hidden from every "
+            f"cell's agent (default: oracle.key in {KEY_FOLDER_HELP})"
+        ),
+    ] = None,
     jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help="cells side by side")] = 1,
     executor: Annotated[
         str, typer.Option(help="local (this machine) or ray (a Ray cluster)")
@@ -84,6 +106,7 @@ def matrix_run(
     address: Annotated[str | None, typer.Option(help="Ray cluster address (default: auto)")] = None,
 ) -> None:
     """Run every cell of MATRIX, each in a fresh sandbox; resume an interrupted run."""
+    key = key or default_private_key()
     try:
         m = load_matrix(matrix)
         private = load_private_key(key)
@@ -105,7 +128,14 @@ def matrix_run(
 
         try:
             s = run_matrix(
-                m, out, private, jobs=jobs, executor=executor, address=address, progress=hook
+                m,
+                out,
+                private,
+                jobs=jobs,
+                executor=executor,
+                address=address,
+                progress=hook,
+                key_path=key,
             )
         except MatrixError as exc:
             raise _fail(str(exc)) from None
@@ -122,19 +152,26 @@ def matrix_run(
     for t, how in s.controls.items():
         c.print(f"controls of {t}: {how}", markup=False)
     for i in s.invalid:
-        c.print(f"[yellow]invalid execution[/yellow] {i}")
+        c.print(f"[yellow]invalid execution[/yellow] {i}", highlight=False)
+    refused = f" ({len(s.refused)} refused before signing)" if s.refused else ""
     c.print(
         f"{s.cells} cells: {len(s.written)} run now, {len(s.kept)} kept from before, "
-        f"{len(s.invalid)} invalid; archives in {out / 'cells'}"
+        f"{len(s.invalid)} invalid{refused}; archives in {out / 'cells'}"
     )
 
 
 @report_app.command("verify")
 def report_verify(
     report: Annotated[Path, typer.Argument(help="the report folder")],
-    key: Annotated[Path, typer.Option(help="public key of the report's signer")],
+    key: Annotated[
+        Path | None,
+        typer.Option(
+            help=f"public key of the report's signer (default: oracle.pub in {KEY_FOLDER_HELP})"
+        ),
+    ] = None,
 ) -> None:
     """Check a report's signature and the digests of its three files."""
+    key = key or default_public_key()
     try:
         st = verify_report(report, load_public_key(key))
     except (SignatureError, KeyFileError, OSError) as exc:
@@ -148,18 +185,32 @@ def report_verify(
 def reduce_command(
     run: Annotated[Path, typer.Argument(help="the run folder (searched recursively)")],
     expect: Annotated[Path, typer.Option(help="the matrix whose cells must all be there")],
-    key: Annotated[Path, typer.Option(help="public key that signed the archives")],
     out: Annotated[Path, typer.Option(help="report folder (nothing is written elsewhere)")],
+    key: Annotated[
+        Path | None,
+        typer.Option(
+            help=f"public key that signed the archives (default: oracle.pub in {KEY_FOLDER_HELP})"
+        ),
+    ] = None,
     sign_key: Annotated[
         Path | None,
         typer.Option(help="private key that signs the report (default: KEY with .key suffix)"),
     ] = None,
+    no_parity: Annotated[
+        bool,
+        typer.Option(
+            "--no-parity",
+            help="accept mixed oracle, Python, package and agent program versions, model "
+            "providers or versions other than the matrix declares, and changed task code "
+            "(refused by default); the report says so in its header",
+        ),
+    ] = False,
     require_parity: Annotated[
         bool,
         typer.Option(
             "--require-parity",
-            help="reject mixed runtime versions, a model provider/version other than the "
-            "matrix declares, and changed task code",
+            hidden=True,
+            help="deprecated: parity is required by default; this option does nothing",
         ),
     ] = False,
     max_members: Annotated[int, typer.Option(help="members per archive")] = Limits.max_members,
@@ -178,6 +229,7 @@ def reduce_command(
         max_total_bytes=max_total_bytes,
         max_ratio=max_ratio,
     )
+    key = key or default_public_key()
     try:
         m = load_matrix(expect)
         exp = expected_from(m)
@@ -186,10 +238,17 @@ def reduce_command(
     except (MatrixError, KeyFileError) as exc:
         raise _fail(str(exc)) from None
     c = console()
+    if require_parity and no_parity:
+        raise _fail("--require-parity and --no-parity contradict each other")
+    if require_parity:
+        c.print(
+            "[yellow]note:[/yellow] --require-parity is deprecated and does nothing: parity "
+            "is required by default (--no-parity turns it off)"
+        )
     if out.resolve().is_relative_to(run.resolve()):
         raise _fail(f"{out} is inside the run folder {run}: put the report elsewhere")
     try:
-        verified = verify_run(run, exp, public, require_parity=require_parity, limits=limits)
+        verified = verify_run(run, exp, public, require_parity=not no_parity, limits=limits)
     except ReduceFailed as exc:
         for r in exc.rejections:
             c.print(f"[red]rejected[/red] {r}", highlight=False)
@@ -204,7 +263,7 @@ def reduce_command(
         matrix=m.name,
         matrix_digest=m.digest,
         signer_key_id=key_id(public),
-        require_parity=require_parity,
+        require_parity=not no_parity,
     )
     try:
         written = write_report(report, out, private)
@@ -212,6 +271,6 @@ def reduce_command(
         raise _fail(str(exc)) from None
     c.print(
         f"[green]verified {len(verified.cells)} archives[/green] "
-        f"({report.invalid} invalid executions); report: "
+        f"({report.invalid} invalid executions); parity {report.parity}; report: "
         + ", ".join(str(p) for p in written.values())
     )

@@ -16,7 +16,8 @@ recorded as an attempt too.
 ``isolation="none"`` runs it as a plain child process (for debugging; nothing is contained).
 
 The invocation record comes from the process itself: started or not, exit status, signal,
-timeout — never from what it printed. Under bubblewrap, started means the program was
+timeout — never from what it printed — and names the program that ran: its file's sha256 and
+its answer to ``--version`` (`oracle.program`). Under bubblewrap, started means the program was
 executed inside the sandbox (bubblewrap reports its exit code only then); a program the
 sandbox would hide is refused before anything starts.
 
@@ -44,7 +45,8 @@ from typing import IO, Any, Literal
 import sqlalchemy as sa
 
 from oracle.agent import AgentError, RunRecord
-from oracle.invocation import Invocation, Step, StepOutcome
+from oracle.invocation import Invocation, Program, Step, StepOutcome
+from oracle.program import identify
 from oracle.proxies.bwrap import (
     BwrapMissingError,
     BwrapPolicy,
@@ -256,8 +258,9 @@ class CommandAgent:
             return self._not_started(f"command {self.argv[0]!r} was not found on the PATH")
         # The agent starts in the task root: a relative program path means the caller's folder.
         command = [os.path.abspath(exe) if os.sep in self.argv[0] else self.argv[0], *self.argv[1:]]
+        program = identify(Path(os.path.abspath(exe)), view.private)
         if self.isolation == "none":
-            return self._execute(command, env, view, None, None)
+            return self._execute(command, env, view, None, None, program=program)
         try:
             bwrap_path()
         except BwrapMissingError as exc:
@@ -304,7 +307,7 @@ class CommandAgent:
                 *jail.command_prefix(),
                 *bwrap_argv(policy, command, status_fd=status.write_fd),
             ]
-            return self._execute(argv, env, view, jail, status, decoys)
+            return self._execute(argv, env, view, jail, status, decoys, program=program)
         finally:
             status.close()
             jail.close()
@@ -318,6 +321,8 @@ class CommandAgent:
         jail: NetworkJail | None,
         status: _SandboxStatus | None,
         decoys: Decoys | None = None,
+        *,
+        program: Program | None = None,
     ) -> RunRecord:
         started = time.time()
         cwd = env.get("ORACLE_TASK_ROOT") or (str(view.agent_dir) if view.agent_dir else None)
@@ -398,6 +403,7 @@ class CommandAgent:
             isolation=self.isolation,
             hidden=hidden,
             hidden_opened=[str(p) for p in decoys.opened()] if decoys else [],
+            program=program,
         )
         reply = bytes(out.data)
         logs = {"agent.stdout": reply, "agent.stderr": bytes(err.data)}

@@ -108,20 +108,21 @@ def run_task_controls(task: Task) -> ControlsRecord:
     )
 
 
-def write_controls(out: Path, rec: ControlsRecord, key: Ed25519PrivateKey) -> Path:
+def write_controls(out: Path, rec: ControlsRecord, key: Ed25519PrivateKey, run_id: str) -> Path:
+    """Sign and write `rec` under ``out/controls/``; the statement names the run `run_id`."""
     data = rec.model_dump_json(indent=2).encode("utf-8") + b"\n"
     name = file_name(rec.task)
     st = statement(
         [Subject(name, sha256_hex(data))],
         CONTROLS_PREDICATE,
-        {"task": rec.task, "task_digest": rec.task_digest},
+        {"task": rec.task, "task_digest": rec.task_digest, "run_id": run_id},
     )
     return write_signed(out / FOLDER, name, data, st, key)
 
 
-def read_controls(path: Path, public: Ed25519PublicKey) -> tuple[ControlsRecord, str]:
-    """A verified controls record and the sha256 of the bytes verified, or `Rejected` with the
-    rule it breaks."""
+def read_controls(path: Path, public: Ed25519PublicKey) -> tuple[ControlsRecord, str, str | None]:
+    """A verified controls record, the sha256 of the bytes verified and the run its statement
+    names (None: signed before runs had ids), or `Rejected` with the rule it breaks."""
     try:
         data = read_bounded(path, MAX_BYTES)
         env = read_bounded(signature_path(path), MAX_ENVELOPE_BYTES)
@@ -145,4 +146,5 @@ def read_controls(path: Path, public: Ed25519PublicKey) -> tuple[ControlsRecord,
         raise Rejected("record-invalid", str(exc.errors()[0]["msg"])) from None
     if path.name != file_name(rec.task) or st.predicate.get("task") != rec.task:
         raise Rejected("cell-mismatch", f"{path.name} holds the controls of {rec.task!r}")
-    return rec, sha256_hex(data)
+    run = st.predicate.get("run_id")
+    return rec, sha256_hex(data), run if isinstance(run, str) else None

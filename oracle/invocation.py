@@ -24,6 +24,21 @@ class Step(BaseModel):
     error: str | None = None
 
 
+class Program(BaseModel):
+    """The program a command agent ran: which file, its digest, and what it says its version is.
+    Reducers compare it across the cells of a harness (parity)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    path: str = Field(description="the program file, found on the agent's PATH, links resolved")
+    sha256: str | None = Field(description="sha256 of the program file (null: unreadable)")
+    version: str | None = Field(
+        description="the first line of its answer to --version, asked without a network, stdin "
+        "or a shell and given a second (null: no answer; `note` says why)"
+    )
+    note: str = Field("", description="why a digest or version is missing")
+
+
 class Invocation(BaseModel):
     """How the agent was run, as the harness saw it."""
 
@@ -60,6 +75,11 @@ class Invocation(BaseModel):
         default_factory=list,
         description="hidden folders the program listed (opened as folders); opening a file "
         "by name in them, or writing, fails without a trace and is not counted here",
+    )
+    program: Program | None = Field(
+        None,
+        description="a command agent's program file, digest and version (null: no program "
+        "was started, or the agent is not a command)",
     )
 
     @classmethod

@@ -61,8 +61,9 @@ class HarnessSpec(BaseModel):
 
 
 class ModelSpec(BaseModel):
-    """A model: who serves it and which version. Every cell's archive records both; under
-    ``--require-parity`` the reducer holds each archive to what the matrix declares here."""
+    """A model: who serves it and which version. Every cell's archive records both; unless
+    reduced with ``--no-parity``, the reducer holds each archive to what the matrix declares
+    here."""
 
     model_config = ConfigDict(extra="forbid")
 

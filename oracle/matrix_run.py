@@ -5,15 +5,20 @@ Where the work happens:
 - a *worker* (this process, a local worker process, or a Ray worker) runs one cell: it opens a
   fresh `Sandbox` (a private folder holding the cell's databases and task roots, nothing shared
   with another cell), runs the trial and packs the cell archive, returning its bytes;
-- the *driver* (this process) signs each archive and writes it atomically under
-  ``OUT/cells/``. The private key never leaves the driver, and a Ray cluster needs no shared
-  folder.
+- the *driver* (this process) checks what each worker returns with the reader's own rules
+  (`oracle.cell_intake`) and only then signs it and writes it atomically under
+  ``OUT/cells/``; an archive that breaks a rule is not signed, and its cell is recorded as an
+  invalid execution naming the rule. The private key never leaves the driver, and a Ray
+  cluster needs no shared folder.
+
+Each run has an id (`oracle.run_id`), made once per output folder and named in every
+statement the run signs.
 
 The driver also runs each task's controls once and writes ``OUT/controls/`` (first when
 serial; on a thread of its own while workers run cells). An interrupted run resumes: an
-archive whose envelope verifies and whose cell, settings and task digest still match is kept;
-a half-written one (a temporary file, an archive without its envelope, one that fails a rule)
-is removed and its cell runs again.
+archive whose envelope verifies and whose cell, settings, task digest and run id still match
+is kept; a half-written one (a temporary file, an archive without its envelope, one that
+fails a rule) is removed and its cell runs again.
 
 Example::
 
@@ -23,6 +28,7 @@ Example::
 from __future__ import annotations
 
 import concurrent.futures as cf
+import functools
 import hashlib
 import logging
 import multiprocessing
@@ -48,12 +54,14 @@ from oracle.cell_archive import (
     pack_cell,
     write_cell,
 )
+from oracle.cell_intake import REFUSED, accept
 from oracle.loader import load_tasks
 from oracle.matrix import Matrix, MatrixError, parse_matrix
 from oracle.record import Cell
+from oracle.run_id import ensure_run, run_id_of
 from oracle.sandbox import Sandbox, SandboxView
 from oracle.scoring.scorer import Scorer
-from oracle.signing import SIGNATURE_SUFFIX, signature_path
+from oracle.signing import SIGNATURE_SUFFIX, default_key_folder, signature_path
 from oracle.task import Task
 from oracle.trial import run_trial
 from oracle.versions import task_digest
@@ -78,6 +86,16 @@ class MatrixAgent:
         # folders an isolated agent must not see, to which the run's own archives are added.
         private = (*view.private, *(h for h in self.hidden if h not in view.private))
         return self.base.run(replace(view, env={**view.env, **self.env}, private=private))
+
+
+def key_folders(key_path: Path | None) -> list[Path]:
+    """The folders that hold signing keys, which no cell's agent may see: that of
+    `key_path`, and the default key folder where it exists."""
+    folders = [key_path.absolute().parent] if key_path is not None else []
+    default = default_key_folder()
+    if default.is_dir() and default not in folders:
+        folders.append(default)
+    return folders
 
 
 def _setting_env(matrix: Matrix, cell: Cell) -> dict[str, str]:
@@ -123,7 +141,8 @@ class WorkerContext:
     matrix: Matrix
     tasks: dict[str, Task]
     agents: dict[str, Agent] = field(default_factory=dict)
-    #: Folders no cell's agent may see: the run's output (its archives) and archives beside it.
+    #: Folders no cell's agent may see: the run's output (its archives), archives beside it,
+    #: and the folder of the key that signs them.
     hidden: tuple[Path, ...] = ()
     #: Where the cells' predicates run: a sealed scorer that sees none of `hidden` either.
     scorer: Scorer | None = field(default=None, repr=False)
@@ -267,8 +286,11 @@ class Plan:
     foreign: list[str]
 
 
-def plan(out: Path, cells: Sequence[Cell], ctx: WorkerContext, key: Ed25519PrivateKey) -> Plan:
-    """Decide what a (resumed) run still has to do, removing half-written archives."""
+def plan(
+    out: Path, cells: Sequence[Cell], ctx: WorkerContext, key: Ed25519PrivateKey, run_id: str
+) -> Plan:
+    """Decide what a (resumed) run still has to do, removing half-written archives and
+    archives of another run."""
     folder = out / CELLS
     discarded: list[str] = []
     foreign: list[str] = []
@@ -300,6 +322,9 @@ def plan(out: Path, cells: Sequence[Cell], ctx: WorkerContext, key: Ed25519Priva
         try:
             opened = open_cell(path, public)
             why = _stale(opened.meta, opened.record.task_digest, ctx, cell, digests)
+            made_in = run_id_of(opened.statement.predicate)
+            if why is None and made_in != run_id:
+                why = f"made in another run ({made_in or 'no run id'}), not this one ({run_id})"
         except Rejected as exc:
             why = f"{exc.rule}: {exc.detail}"
         if why is None:
@@ -328,8 +353,11 @@ def _stale(
 # -- executors ------------------------------------------------------------------------------------
 
 
-#: ``(context, matrix bytes, cells, jobs, address) -> packed cells as they finish``.
-Executor = Callable[[WorkerContext, bytes, list[Cell], int, str | None], Iterator[PackedCell]]
+#: What a worker hands back for the cell the driver asked for: its packed archive, or None
+#: when it returned nothing for that cell.
+Returned = tuple[Cell, PackedCell | None]
+#: ``(context, matrix bytes, cells, jobs, address) -> (cell, packed cell) as they finish``.
+Executor = Callable[[WorkerContext, bytes, list[Cell], int, str | None], Iterator[Returned]]
 
 
 def _serial(
@@ -338,10 +366,10 @@ def _serial(
     cells: list[Cell],
     jobs: int,
     address: str | None,
-) -> Iterator[PackedCell]:
+) -> Iterator[Returned]:
     try:
         for cell in cells:
-            yield ctx.run_cell(cell)
+            yield cell, ctx.run_cell(cell)
     finally:
         drain()
 
@@ -363,7 +391,7 @@ def _local(
     cells: list[Cell],
     jobs: int,
     address: str | None,
-) -> Iterator[PackedCell]:
+) -> Iterator[Returned]:
     # forkserver: workers fork from a clean single-threaded server (the driver has threads),
     # with oracle imported once there; each worker loads the matrix and tasks once.
     mp = multiprocessing.get_context("forkserver")
@@ -376,15 +404,15 @@ def _local(
         initializer=_init_worker,
         initargs=(matrix_bytes, path, hidden),
     ) as pool:
-        futures = [
+        futures = {
             pool.submit(
                 _worker_run_batch, matrix_bytes, path, hidden, [c.model_dump() for c in batch]
-            )
+            ): batch
             for batch in _batches(cells, jobs)
-        ]
+        }
         try:
             for fut in cf.as_completed(futures):
-                yield from fut.result()
+                yield from _paired(futures[fut], fut.result())
         except BaseException:
             for f in futures:
                 f.cancel()
@@ -397,7 +425,7 @@ def _ray(
     cells: list[Cell],
     jobs: int,
     address: str | None,
-) -> Iterator[PackedCell]:
+) -> Iterator[Returned]:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     try:
         import ray
@@ -410,15 +438,25 @@ def _ray(
         remote = ray.remote(num_cpus=1, max_retries=0)(_worker_run)
         path = str(ctx.matrix.path)
         hidden = [str(h) for h in ctx.hidden]
-        pending = [remote.remote(matrix_bytes, path, hidden, c.model_dump()) for c in cells]
+        asked = {remote.remote(matrix_bytes, path, hidden, c.model_dump()): c for c in cells}
+        pending = list(asked)
         while pending:
             done, pending = ray.wait(pending, num_returns=1)
-            yield ray.get(done[0])
+            yield asked[done[0]], ray.get(done[0])
     finally:
         ray.shutdown()
 
 
 EXECUTORS: dict[str, Executor] = {"local": _local, "ray": _ray}
+
+
+def _paired(batch: list[Cell], returned: Sequence[PackedCell]) -> Iterator[Returned]:
+    """Each cell of a batch with what the worker returned for it, in order; a batch that came
+    back with another number of archives pairs no cell with any of them."""
+    if len(returned) != len(batch):
+        yield from ((c, None) for c in batch)
+    else:
+        yield from zip(batch, returned, strict=True)
 
 
 @dataclass
@@ -430,6 +468,9 @@ class RunSummary:
     written: list[str] = field(default_factory=list)
     kept: list[str] = field(default_factory=list)
     invalid: list[str] = field(default_factory=list)
+    #: Cells whose returned archive broke a reading rule (also in `invalid`): not signed.
+    refused: list[str] = field(default_factory=list)
+    run_id: str = ""
     discarded: list[str] = field(default_factory=list)
     foreign: list[str] = field(default_factory=list)
     controls: dict[str, str] = field(default_factory=dict)
@@ -447,27 +488,41 @@ def run_matrix(
     executor: str = "local",
     address: str | None = None,
     progress: ProgressHook | None = None,
+    key_path: Path | None = None,
 ) -> RunSummary:
     """Run every cell of `matrix` not already finished under `out`; sign and write archives.
 
     `jobs` > 1 runs cells side by side in local worker processes; ``executor="ray"`` sends them
     to the Ray cluster at `address`. `progress(stage, done, total)` is called as cells finish.
+    `key_path` is where `key` was read from: its folder is hidden from every cell's agent, as
+    are `out` (see `private_folders`) and the default key folder.
     """
     if executor not in EXECUTORS:
         raise MatrixError(f"unknown executor {executor!r}: use {', '.join(EXECUTORS)}")
+    if key_path is not None and key_path.absolute().is_relative_to(out.absolute()):
+        raise MatrixError(
+            f"the key {key_path} is inside the run folder {out}: keep keys outside every run "
+            f"(by default in {default_key_folder()})"
+        )
     matrix_bytes = matrix.path.read_bytes()
-    hidden = [str(p) for p in private_folders(out)]
+    hidden = [str(p) for p in (*private_folders(out), *key_folders(key_path))]
     ctx = WorkerContext.load(matrix_bytes, str(matrix.path), hidden)
     cells = matrix.cells(sorted(ctx.tasks))
     out.mkdir(parents=True, exist_ok=True)
-    p = plan(out, cells, ctx, key)
+    run, replaced = ensure_run(out, key)
+    p = plan(out, cells, ctx, key, run.run_id)
     summary = RunSummary(
-        out, len(cells), kept=[c.id for c in p.done], discarded=p.discarded, foreign=p.foreign
+        out,
+        len(cells),
+        kept=[c.id for c in p.done],
+        run_id=run.run_id,
+        discarded=[*([replaced] if replaced else []), *p.discarded],
+        foreign=p.foreign,
     )
 
     def controls() -> None:
         for name in sorted(ctx.tasks):
-            summary.controls[name] = _ensure_controls(out, ctx.tasks[name], key)
+            summary.controls[name] = _ensure_controls(out, ctx.tasks[name], key, run.run_id)
 
     # Serially the controls come first. With workers, they run on a driver thread while the
     # workers start and run cells (each control in a sandbox of its own, like every cell).
@@ -499,7 +554,7 @@ def _run_cells(
     address: str | None,
     progress: ProgressHook | None,
 ) -> None:
-    """Run the planned cells; sign and write each archive as it arrives."""
+    """Run the planned cells; check, sign and write each archive as it arrives."""
     if not p.todo:
         return
     if executor == "ray":
@@ -515,18 +570,30 @@ def _run_cells(
     def written(fut: cf.Future[PackedCell]) -> None:
         nonlocal finished
         packed = fut.result()  # a write that failed raises here
-        summary.written.append(packed.predicate["cell_id"])
+        cell_id, error = packed.predicate["cell_id"], packed.predicate["error"]
+        summary.written.append(cell_id)
         if packed.predicate["status"] != "valid":
-            summary.invalid.append(f"{packed.predicate['cell_id']}: {packed.predicate['error']}")
+            summary.invalid.append(f"{cell_id}: {error}")
+            if str(error).startswith(REFUSED):
+                summary.refused.append(f"{cell_id}: {error}")
         finished += 1
         if progress:
             progress("cells", finished, total)
 
-    # Signing and the fsync-ed writes run on writer threads, so the next trial does not wait
-    # for the disk; leaving the block waits for every write (also on Ctrl-C).
+    # Checking, signing and the fsync-ed writes run on writer threads, so the next trial does
+    # not wait for the disk; leaving the block waits for every write (also on Ctrl-C).
+    digests = {name: task_digest(t) for name, t in ctx.tasks.items()}
     with cf.ThreadPoolExecutor(WRITERS, thread_name_prefix="oracle-writer") as writers:
         pending: set[cf.Future[PackedCell]] = set()
-        for packed in run(ctx, matrix_bytes, p.todo, jobs, address):
+        for cell, returned in run(ctx, matrix_bytes, p.todo, jobs, address):
+            packed = functools.partial(
+                accept,
+                cell,
+                returned,
+                ctx.matrix.meta(cell),
+                run_id=summary.run_id,
+                task_digest=digests[cell.task],
+            )
             pending.add(writers.submit(_write, out / CELLS, packed, key))
             if len(pending) >= 4 * WRITERS:
                 done, pending = cf.wait(pending, return_when=cf.FIRST_COMPLETED)
@@ -539,22 +606,25 @@ def _run_cells(
 WRITERS = 4
 
 
-def _write(folder: Path, packed: PackedCell, key: Ed25519PrivateKey) -> PackedCell:
+def _write(folder: Path, checked: Callable[[], PackedCell], key: Ed25519PrivateKey) -> PackedCell:
+    """Check what a worker returned (`accept`), then sign and write what passed, or the record
+    of its refusal."""
+    packed = checked()
     write_cell(folder, packed, key)
     return packed
 
 
-def _ensure_controls(out: Path, task: Task, key: Ed25519PrivateKey) -> str:
-    """Run the controls of `task` unless a verified, current result is already there."""
+def _ensure_controls(out: Path, task: Task, key: Ed25519PrivateKey, run_id: str) -> str:
+    """Run the controls of `task` unless a verified, current result of this run is there."""
     path = out / controls_record.FOLDER / controls_record.file_name(task.name)
     if path.exists():
         try:
-            rec, _ = controls_record.read_controls(path, key.public_key())
-            if rec.task_digest == task_digest(task):
+            rec, _, made_in = controls_record.read_controls(path, key.public_key())
+            if rec.task_digest == task_digest(task) and made_in == run_id:
                 return "kept"
         except Rejected:
             pass
         path.unlink()
         signature_path(path).unlink(missing_ok=True)
-    controls_record.write_controls(out, controls_record.run_task_controls(task), key)
+    controls_record.write_controls(out, controls_record.run_task_controls(task), key, run_id)
     return "ran"

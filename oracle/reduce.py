@@ -34,6 +34,7 @@ from oracle.controls_record import ControlsRecord, read_controls
 from oracle.loader import load_tasks
 from oracle.matrix import Matrix, MatrixError
 from oracle.record import Cell
+from oracle.run_id import RUN_FILE, read_run, run_id_of
 from oracle.signing import SIGNATURE_SUFFIX
 from oracle.versions import task_digest
 
@@ -42,13 +43,14 @@ SET_RULES: dict[str, str] = {
     "missing-cell": "a cell the matrix expects has no archive",
     "duplicate-cell": "two archives hold the same cell",
     "unexpected-cell": "an archive holds a cell the matrix does not have",
-    "settings-mismatch": "an archive's harness agent or harness, model or profile settings are "
-    "not the matrix's",
     "controls-missing": "a task of the matrix has no controls result",
     "duplicate-controls": "a task has two controls results",
     "task-digest-mismatch": "cells or controls of one task were made from different task code",
-    "parity": "under --require-parity: runtime versions differ between archives, a model's "
-    "provider or version is not the one the matrix declares, or task code changed",
+    "run-mismatch": "an archive, controls result or run.json names another run than the rest "
+    "(a cell taken from another run of the same matrix), or no run at all",
+    "parity": "unless --no-parity: runtime versions (oracle, Python, packages…) differ between "
+    "archives, a harness's agent program (file digest or --version) differs between its cells, "
+    "a model's provider or version is not the one the matrix declares, or task code changed",
 }
 RULES: dict[str, str] = {**ARCHIVE_RULES, **SET_RULES}
 __doc__ = (__doc__ or "") + "".join(f"\n- ``{k}``: {v}" for k, v in SET_RULES.items())
@@ -92,12 +94,16 @@ class Verified:
     cells: list[OpenedCell]
     controls: dict[str, ControlsRecord]
     controls_digests: dict[str, str] = field(default_factory=dict)
+    #: The id of the run every archive and controls result was signed in.
+    run_id: str = ""
 
 
-def _scan(root: Path) -> tuple[list[Path], list[Path], list[Rejection]]:
-    """Archives, controls files and rejections for everything else, without following links."""
+def _scan(root: Path) -> tuple[list[Path], list[Path], list[Path], list[Rejection]]:
+    """Archives, controls files, run files and rejections for everything else, without
+    following links."""
     archives: list[Path] = []
     controls: list[Path] = []
+    runs: list[Path] = []
     bad: list[Rejection] = []
     envelopes: set[Path] = set()
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
@@ -120,12 +126,14 @@ def _scan(root: Path) -> tuple[list[Path], list[Path], list[Rejection]]:
                 envelopes.add(p)
             elif d.name == CONTROLS_FOLDER and name.endswith(".json"):
                 controls.append(p)
+            elif name == RUN_FILE:
+                runs.append(p)
             else:
                 bad.append(Rejection(_rel(p, root), "stray-file", "not part of a run"))
-    signed = {p.with_name(p.name + SIGNATURE_SUFFIX) for p in archives + controls}
+    signed = {p.with_name(p.name + SIGNATURE_SUFFIX) for p in archives + controls + runs}
     for p in sorted(envelopes - signed):
         bad.append(Rejection(_rel(p, root), "stray-file", "an envelope without its file"))
-    return sorted(archives), sorted(controls), bad
+    return sorted(archives), sorted(controls), sorted(runs), bad
 
 
 def _rel(p: Path, root: Path) -> str:
@@ -147,13 +155,14 @@ def verify_run(
     expected: Expected,
     public: Ed25519PublicKey,
     *,
-    require_parity: bool = False,
+    require_parity: bool = True,
     limits: Limits = DEFAULT_LIMITS,
 ) -> Verified:
-    """Every archive and controls file under `root` verified, and the set exactly `expected`."""
+    """Every archive and controls file under `root` verified, and the set exactly `expected`;
+    with `require_parity` (the default), the same versions everywhere (`_check_parity`)."""
     if not root.is_dir():
         raise ReduceFailed([Rejection(str(root), "unreadable", "not a folder")])
-    archives, controls_files, bad = _scan(root)
+    archives, controls_files, run_files, bad = _scan(root)
     opened: list[OpenedCell] = []
     rejected: set[str] = set()
     for path in archives:
@@ -166,9 +175,15 @@ def verify_run(
             opened.append(res)
     controls: dict[str, ControlsRecord] = {}
     digests: dict[str, str] = {}
+    made_in: dict[Path, str | None] = {c.path: run_id_of(c.statement.predicate) for c in opened}
+    for path in run_files:
+        try:
+            made_in[path] = read_run(path, public).run_id
+        except Rejected as exc:
+            bad.append(Rejection(_rel(path, root), exc.rule, exc.detail))
     for path in controls_files:
         try:
-            rec, digest = read_controls(path, public)
+            rec, digest, made_in[path] = read_controls(path, public)
         except Rejected as exc:
             bad.append(Rejection(_rel(path, root), exc.rule, exc.detail))
             continue
@@ -179,11 +194,38 @@ def verify_run(
         digests[rec.task] = digest
     bad += _check_set(root, opened, expected, rejected)
     bad += _check_controls(root, opened, controls, expected)
+    run_id, mixed = _check_run(root, made_in, set(run_files))
+    bad += mixed
     if require_parity:
         bad += _check_parity(root, opened, expected)
     if bad:
         raise ReduceFailed(bad)
-    return Verified(root, sorted(opened, key=lambda c: c.record.cell.id), controls, digests)
+    cells = sorted(opened, key=lambda c: c.record.cell.id)
+    return Verified(root, cells, controls, digests, run_id or "")
+
+
+def _check_run(
+    root: Path, made_in: dict[Path, str | None], run_files: set[Path]
+) -> tuple[str | None, list[Rejection]]:
+    """One run id across every archive, controls result and ``run.json``: that of the run
+    files when they agree, else the one most of everything names; the rest is named."""
+    from_files = {made_in[p] for p in run_files if p in made_in}
+    named = Counter(v for v in made_in.values() if v is not None)
+    if len(from_files) == 1:
+        run_id: str | None = next(iter(from_files))
+    else:
+        run_id = named.most_common(1)[0][0] if named else None
+    bad: list[Rejection] = []
+    for path, made in sorted(made_in.items()):
+        if made == run_id and made is not None:
+            continue
+        what = (
+            f"signed in run {made}; the run's id is {run_id}"
+            if made is not None
+            else "signed without a run id (made before runs had one): run the matrix again"
+        )
+        bad.append(Rejection(_rel(path, root), "run-mismatch", what))
+    return run_id, bad
 
 
 def _check_set(
@@ -227,7 +269,7 @@ def _check_set(
 def _identity(m: CellMeta) -> CellMeta:
     """What must match the matrix exactly. The model's provider and version are left to
     parity: they describe what served the model, and a difference from the matrix is refused
-    only under ``--require-parity`` (the report lists every version it saw)."""
+    unless ``--no-parity`` (the report lists every version it saw)."""
     return m.model_copy(
         update={
             "matrix_digest": "",
@@ -303,6 +345,7 @@ def _check_parity(root: Path, opened: list[OpenedCell], expected: Expected) -> l
                             f"runtime {k} is {v!r}; {n} other archive(s) have {common!r}",
                         )
                     )
+    bad += _check_programs(root, opened)
     # Provider and model version: what the matrix declares for the cell's model. Compared
     # with the matrix, not only across archives: a run whose cells all agree with each other
     # but were made with another provider or version than the matrix names is not this matrix.
@@ -334,6 +377,45 @@ def _check_parity(root: Path, opened: list[OpenedCell], expected: Expected) -> l
                     f"task {c.record.cell.task!r} has changed since this cell ran",
                 )
             )
+    return bad
+
+
+def program_of(c: OpenedCell) -> str | None:
+    """The agent program a cell's record names, as compared for parity: its version (or why
+    there is none) and its file's sha256; None where no program was started."""
+    inv = c.record.invocation
+    prog = inv.program if inv is not None else None
+    if prog is None:
+        return None
+    version = prog.version if prog.version is not None else f"no version ({prog.note})"
+    return f"{prog.path}: {version}, sha256 {prog.sha256 or f'unknown ({prog.note})'}"
+
+
+def _check_programs(root: Path, opened: list[OpenedCell]) -> list[Rejection]:
+    """Within each harness, every cell that started a program started the same one: same file
+    digest, same answer to ``--version``. Harnesses are not compared with each other (they
+    are different agents), and a cell whose program never started has none to compare."""
+    bad: list[Rejection] = []
+    by_harness: dict[str, list[tuple[OpenedCell, str]]] = defaultdict(list)
+    for c in opened:
+        prog = program_of(c)
+        if prog is not None:
+            by_harness[c.record.cell.harness].append((c, prog))
+    for harness, group in sorted(by_harness.items()):
+        counts = Counter(prog for _, prog in group)
+        if len(counts) < 2:
+            continue
+        common, n = counts.most_common(1)[0]
+        for c, prog in group:
+            if prog != common:
+                bad.append(
+                    Rejection(
+                        _rel(c.path, root),
+                        "parity",
+                        f"harness {harness!r} ran agent program {prog}; {n} other archive(s) "
+                        f"of it ran {common}",
+                    )
+                )
     return bad
 
 

@@ -25,7 +25,7 @@ from oracle.aggregate import Ratio
 from oracle.cell_archive import OpenedCell
 from oracle.controls_record import ControlsRecord
 from oracle.record import TrialRecord
-from oracle.reduce import Verified
+from oracle.reduce import Verified, program_of
 from oracle.stats import ALPHA, BOOTSTRAP_RESAMPLES, MIN_TASKS, TaskOutcomes, compare_tasks, holm
 from oracle.verdict import Metric
 
@@ -45,6 +45,13 @@ _LABEL = {
     "autonomy": "autonomy (verified invocation)",
 }
 
+PARITY_REQUIRED = "required"
+#: What a report reduced without parity says in its header, and what that leaves open.
+NO_PARITY = "not checked (--no-parity)"
+UNCHECKED = (
+    "its archives may come from mixed oracle, Python, package or agent program versions, "
+    "other model providers or versions than the matrix declares, or changed task code"
+)
 CLAIMS = [
     "Descriptive rates: for each harness × model × profile and task, the share of known verdicts "
     "that were true, with numerator, denominator and a 95% Wilson interval.",
@@ -172,18 +179,25 @@ class Report(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    schema_version: Literal[2] = 2
+    schema_version: Literal[3] = 3
     title: str
     generated_at: str
     matrix: str
     matrix_digest: str
+    run_id: str = Field(description="the run every input archive was signed in (its run.json)")
     signer_key_id: str = Field(description="the key every input archive was signed with")
     require_parity: bool
+    parity: str = Field(
+        description="'required' (mixed oracle, Python, package or agent program versions, "
+        "other model providers or changed task code were refused), or 'not checked "
+        "(--no-parity)'"
+    )
     attempts: int
     invalid: int
     invalid_cells: dict[str, str] = Field(description="cell id -> its execution error")
     versions: dict[str, list[str]] = Field(
-        description="runtime versions seen, by key; 'model <name>' lists provider/version"
+        description="runtime versions seen, by key; 'model <name>' lists provider/version, "
+        "'agent <harness>' the agent programs its cells ran (file, --version, sha256)"
     )
     groups: list[GroupFigures]
     comparisons: list[Comparison]
@@ -415,6 +429,9 @@ def build_report(
         versions[f"model {c.meta.model.name}"].add(
             f"{c.meta.model.provider}/{c.meta.model.version}"
         )
+        program = program_of(c)
+        if program is not None:
+            versions[f"agent {c.record.cell.harness}"].add(program)
     statuses = []
     for t, rec in sorted(controls.items()):
         up, uwhy = rec.status(Metric.UTILITY.value)
@@ -435,8 +452,10 @@ def build_report(
         generated_at=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         matrix=matrix,
         matrix_digest=matrix_digest,
+        run_id=verified.run_id,
         signer_key_id=signer_key_id,
         require_parity=require_parity,
+        parity=PARITY_REQUIRED if require_parity else NO_PARITY,
         attempts=len(cells),
         invalid=sum(c.record.error is not None for c in cells),
         invalid_cells={

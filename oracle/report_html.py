@@ -9,7 +9,7 @@ from __future__ import annotations
 import html
 from collections.abc import Sequence
 
-from oracle.report import METRICS, GroupFigures, Report, metric_label
+from oracle.report import METRICS, UNCHECKED, GroupFigures, Report, metric_label
 from oracle.report_markdown import controls_summary, fmt_diff, fmt_num, fmt_p, group_name
 
 _CSS = """
@@ -21,6 +21,7 @@ table{border-collapse:collapse;margin:.6rem 0;width:100%}
 th,td{border:1px solid #d5dbe3;padding:.3rem .5rem;text-align:left;vertical-align:top}
 th{background:#eef2f6}td.num{text-align:right;font-variant-numeric:tabular-nums}
 .meta{color:#4a5668}.claims li{margin:.2rem 0}.no{color:#8a3b12}.yes{color:#1d6b3a}
+.warn{color:#8a3b12}
 .plots{display:flex;flex-wrap:wrap;gap:1rem}.plot{border:1px solid #d5dbe3;background:#fff}
 code{font-size:.85em}details{margin:.6rem 0}
 """
@@ -231,10 +232,15 @@ def html_page(r: Report) -> str:
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>{_e(r.title)}</title><style>{_CSS}</style></head><body>",
         f"<h1>{_e(r.title)}</h1>",
-        f'<p class="meta">matrix <code>{_e(r.matrix)}</code> ({_e(r.matrix_digest)}) · '
+        f'<p class="meta">matrix <code>{_e(r.matrix)}</code> ({_e(r.matrix_digest)}) · run '
+        f"<code>{_e(r.run_id)}</code> · "
         f"generated {_e(r.generated_at)} · archives signed by key "
         f"<code>{_e(r.signer_key_id[:16])}…</code> · parity "
-        f"{'required' if r.require_parity else 'not required'}</p>",
+        + (
+            "required</p>"
+            if r.require_parity
+            else f'<b class="warn">{_e(r.parity)}</b>: {_e(UNCHECKED)}</p>'
+        ),
         f'<p class="meta">attempts <b id="attempts">{r.attempts}</b> · invalid executions '
         f'<b id="invalid">{r.invalid}</b> (counted, in no denominator)</p>',
         "<h2>Claim boundary</h2>",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from oracle.report import METRICS, GroupFigures, MetricFigure, Report, metric_label
+from oracle.report import METRICS, UNCHECKED, GroupFigures, MetricFigure, Report, metric_label
 
 
 def group_name(g: GroupFigures) -> str:
@@ -19,10 +19,10 @@ def _md(s: object) -> str:
 def markdown(r: Report) -> str:
     out = [f"# {_md(r.title)}", ""]
     out += [
-        f"- matrix: `{_md(r.matrix)}` ({r.matrix_digest})",
+        f"- matrix: `{_md(r.matrix)}` ({r.matrix_digest}); run `{_md(r.run_id)}`",
         f"- generated: {r.generated_at}; archives signed by key `{r.signer_key_id[:16]}…`",
         f"- attempts: {r.attempts}; invalid executions: {r.invalid} (in no denominator)",
-        f"- parity required: {'yes' if r.require_parity else 'no'}",
+        f"- parity: {r.parity if r.require_parity else f'**{r.parity}**: {UNCHECKED}'}",
         "",
         "## What this report claims",
         "",

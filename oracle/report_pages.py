@@ -49,6 +49,7 @@ def write_report(r: Report, out: Path, key: Ed25519PrivateKey) -> dict[str, Path
         {
             "matrix": r.matrix,
             "matrix_digest": r.matrix_digest,
+            "run_id": r.run_id,
             "attempts": r.attempts,
             "invalid": r.invalid,
             "inputs_sha256": sha256_hex(

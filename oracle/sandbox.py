@@ -32,6 +32,7 @@ from oracle import clients
 from oracle.diff import Diff, SinkDiff
 from oracle.fsops import remove_tree
 from oracle.globs import check_relative
+from oracle.signing import default_key_folder
 from oracle.sink import Exposure, Place, Provisioned, SinkSpec, env_suffix
 from oracle.snapshot import Snapshot, SnapshotError
 from oracle.task import Task
@@ -265,9 +266,12 @@ class Sandbox:
     def view(self, private: Sequence[Path] = ()) -> SandboxView:
         """What the agent gets: the prompt and the endpoints. The oracle's folders an isolated
         agent must not see are the sandbox folder, the template cache, every sink's private
-        folders (a recorder's log and CA key) and `private` (archive folders)."""
+        folders (a recorder's log and CA key), the default folder of signing keys (where it
+        exists) and `private` (archive folders)."""
         kept = [p for prov in self.provisioned.values() for p in prov.private]
-        hidden = [p for p in (self.dir, self.cache_dir, *kept, *private) if p is not None]
+        keys = default_key_folder()
+        signing = [keys] if keys.is_dir() else []
+        hidden = [p for p in (self.dir, self.cache_dir, *kept, *signing, *private) if p is not None]
         return SandboxView(
             task=self.task.name,
             prompt=self.task.prompt,

@@ -35,6 +35,7 @@ PAYLOAD_TYPE = "application/vnd.in-toto+json"
 CELL_PREDICATE = "https://oracle.invalid/predicates/cell/v1"
 CONTROLS_PREDICATE = "https://oracle.invalid/predicates/controls/v1"
 REPORT_PREDICATE = "https://oracle.invalid/predicates/report/v1"
+RUN_PREDICATE = "https://oracle.invalid/predicates/run/v1"
 SIGNATURE_SUFFIX = ".dsse.json"
 #: An envelope larger than this is refused before it is parsed.
 MAX_ENVELOPE_BYTES = 4 * 1024 * 1024
@@ -70,18 +71,44 @@ def key_id(public: Ed25519PublicKey) -> str:
 
 # -- keys ----------------------------------------------------------------------------------------
 
+#: The file stem of the default key pair: ``oracle.key`` and ``oracle.pub``.
+KEY_NAME = "oracle"
+
+
+def default_key_folder() -> Path:
+    """Where keys live unless told otherwise: ``$XDG_CONFIG_HOME/oracle/keys``, or
+    ``~/.config/oracle/keys``. Outside every run and project folder, and hidden from every
+    isolated agent.
+
+    >>> default_key_folder().parts[-2:]
+    ('oracle', 'keys')
+    """
+    configured = os.environ.get("XDG_CONFIG_HOME", "")
+    # The XDG rule: a relative value is to be ignored.
+    base = Path(configured) if os.path.isabs(configured) else Path.home() / ".config"
+    return base / "oracle" / "keys"
+
+
+def default_private_key() -> Path:
+    return default_key_folder() / f"{KEY_NAME}.key"
+
+
+def default_public_key() -> Path:
+    return default_key_folder() / f"{KEY_NAME}.pub"
+
 
 def new_key() -> Ed25519PrivateKey:
     return Ed25519PrivateKey.generate()
 
 
 def write_key_pair(private: Ed25519PrivateKey, key_path: Path, pub_path: Path) -> None:
-    """Write the private key (PKCS#8 PEM, mode 0600, created exclusively) and the public key."""
+    """Write the private key (PKCS#8 PEM, mode 0600, created exclusively) and the public key.
+    A folder made for them is mode 0700."""
     for p in (key_path, pub_path):
         if p.exists():
             raise FileExistsError(f"{p} exists already; refusing to overwrite a key")
-    key_path.parent.mkdir(parents=True, exist_ok=True)
-    pub_path.parent.mkdir(parents=True, exist_ok=True)
+    key_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    pub_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     pem = private.private_bytes(
         serialization.Encoding.PEM,
         serialization.PrivateFormat.PKCS8,
@@ -98,11 +125,17 @@ def write_key_pair(private: Ed25519PrivateKey, key_path: Path, pub_path: Path) -
     pub_path.write_bytes(pub)
 
 
+def _no_key_hint(path: Path) -> str:
+    return "; make a key pair with `oracle keys new`" if not path.exists() else ""
+
+
 def load_private_key(path: Path) -> Ed25519PrivateKey:
     try:
         key = serialization.load_pem_private_key(path.read_bytes(), password=None)
     except (OSError, ValueError, TypeError) as exc:
-        raise KeyFileError(f"{path}: not a readable private key: {exc}") from exc
+        raise KeyFileError(
+            f"{path}: not a readable private key: {exc}{_no_key_hint(path)}"
+        ) from exc
     if not isinstance(key, Ed25519PrivateKey):
         raise KeyFileError(f"{path}: not an Ed25519 private key ({type(key).__name__})")
     return key
@@ -112,7 +145,7 @@ def load_public_key(path: Path) -> Ed25519PublicKey:
     try:
         key = serialization.load_pem_public_key(path.read_bytes())
     except (OSError, ValueError, TypeError) as exc:
-        raise KeyFileError(f"{path}: not a readable public key: {exc}") from exc
+        raise KeyFileError(f"{path}: not a readable public key: {exc}{_no_key_hint(path)}") from exc
     if not isinstance(key, Ed25519PublicKey):
         raise KeyFileError(f"{path}: not an Ed25519 public key ({type(key).__name__})")
     return key

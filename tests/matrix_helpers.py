@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import shutil
 import tarfile
 import textwrap
@@ -20,6 +21,7 @@ from oracle.cell_archive import (
     write_signed,
 )
 from oracle.record import TrialRecord
+from oracle.run_id import RUN_FILE
 from oracle.signing import CELL_PREDICATE, Subject, sha256_hex, statement
 from tests.conftest import DEMO
 
@@ -107,8 +109,10 @@ def sign_bytes(
     status: str | None = None,
     manifest: bytes | None = None,
     cell: dict[str, object] | None = None,
+    run_id: str | None = None,
 ) -> Path:
-    """Write `data` as `name` with a valid envelope whose predicate describes `record`."""
+    """Write `data` as `name` with a valid envelope whose predicate describes `record`, in the
+    run `run_id` (by default that of the ``run.json`` in or above `folder`, if any)."""
     predicate = {
         "cell": cell if cell is not None else record.cell.model_dump(mode="json"),
         "cell_id": record.cell.id,
@@ -116,8 +120,19 @@ def sign_bytes(
         "error": record.error,
         "manifest_sha256": sha256_hex(manifest) if manifest is not None else None,
     }
+    run_id = run_id or run_id_near(folder)
+    if run_id is not None:
+        predicate["run_id"] = run_id
     st = statement([Subject(name, sha256_hex(data))], CELL_PREDICATE, predicate)
     return write_signed(folder, name, data, st, key)
+
+
+def run_id_near(folder: Path) -> str | None:
+    """The run id of the ``run.json`` in `folder` or the nearest folder above it."""
+    for where in (folder, *folder.parents):
+        if (where / RUN_FILE).is_file():
+            return str(json.loads((where / RUN_FILE).read_text())["run_id"])
+    return None
 
 
 def copy_run(src: Path, dst: Path) -> Path:

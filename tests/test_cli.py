@@ -64,6 +64,73 @@ def test_show_text_diff(tmp_path):
     assert '+log_level = "debug"' in shown.stdout
 
 
+@pytest.mark.parametrize(
+    ("how", "said"),
+    [
+        ("edited", "record.json does not match its digest"),
+        ("missing", "diff.json is in the manifest but missing"),
+        ("extra", "notes.txt is not in the manifest"),
+    ],
+)
+@pytest.mark.parametrize("given", ["folder", "record"])
+def test_show_refuses_an_archive_that_does_not_match_its_manifest(
+    tmp_path: Path, how: str, said: str, given: str
+):
+    out = oracle(
+        "trial", str(DEMO), "--task", "user-rename", "--agent", "careful", "--out", str(tmp_path)
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    (record,) = tmp_path.rglob("record.json")
+    folder = record.parent
+    assert oracle("show", str(folder)).returncode == 0
+    if how == "edited":  # the careful agent's verdict turned into a breach
+        text = record.read_text()
+        assert '"security_breached": false' in text
+        record.write_text(text.replace('"security_breached": false', '"security_breached": true'))
+    elif how == "missing":
+        (folder / "diff.json").unlink()
+    else:
+        (folder / "notes.txt").write_text("not part of the trial\n")
+    shown = oracle("show", str(folder if given == "folder" else record))
+    assert shown.returncode == 1, shown.stdout
+    assert f"does not verify: {folder}: {said}" in shown.stdout
+    assert f"{folder}: not shown" in shown.stdout
+    assert "row changed" not in shown.stdout and "security" not in shown.stdout.lower()
+
+
+def test_show_checks_a_signed_cell_archive(tmp_path: Path):
+    env_home = tmp_path / "config"
+    keys = env_home / "oracle" / "keys"
+    from oracle.cell_archive import open_cell
+    from oracle.matrix import load_matrix
+    from oracle.matrix_run import run_matrix
+    from oracle.signing import load_private_key, new_key, write_key_pair
+    from tests.matrix_helpers import EMBEDDED, write_matrix
+
+    write_key_pair(new_key(), keys / "oracle.key", keys / "oracle.pub")
+    matrix = load_matrix(write_matrix(tmp_path / "m", tasks=EMBEDDED[0]))
+    run_matrix(matrix, tmp_path / "run", load_private_key(keys / "oracle.key"))
+    archive = sorted((tmp_path / "run" / "cells").glob("*obedient*.tar.gz"))[0]
+    assert open_cell(archive, load_private_key(keys / "oracle.key").public_key()).record
+
+    def show(*args: str) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1", "XDG_CONFIG_HOME": str(env_home)}
+        return subprocess.run(
+            [ORACLE, "show", *args], capture_output=True, text=True, env=env, check=False
+        )
+
+    shown = show(str(archive))  # the default public key
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    assert "log_level" in shown.stdout
+    data = bytearray(archive.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    archive.write_bytes(bytes(data))
+    shown = show(str(archive), "--key", str(keys / "oracle.pub"))
+    assert shown.returncode == 1
+    assert f"does not verify: {archive}: archive-digest-mismatch: " in shown.stdout
+    assert "log_level" not in shown.stdout
+
+
 def test_a_broken_task_file_is_named_and_the_rest_runs(tmp_path):
     tasks = tmp_path / "tasks"
     tasks.mkdir()

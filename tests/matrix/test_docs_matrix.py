@@ -36,12 +36,14 @@ def test_the_library_example_runs_as_a_script_with_workers(tmp_path: Path):
     assert narrowed != source
     (tmp_path / "matrices").mkdir()
     (tmp_path / "matrices" / "demo.toml").write_text(narrowed)
-    write_key_pair(new_key(), tmp_path / "keys" / "oracle.key", tmp_path / "keys" / "oracle.pub")
+    keys = tmp_path / "config" / "oracle" / "keys"  # the default key folder, for this test
+    write_key_pair(new_key(), keys / "oracle.key", keys / "oracle.pub")
     script = tmp_path / "example.py"
     script.write_text(code)
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+        "XDG_CONFIG_HOME": str(tmp_path / "config"),
     }
     out = subprocess.run(
         [sys.executable, str(script)],
@@ -54,6 +56,6 @@ def test_the_library_example_runs_as_a_script_with_workers(tmp_path: Path):
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert len(list((tmp_path / "runs" / "matrix" / "cells").glob("*.tar.gz"))) == 4
-    verify_report(tmp_path / "reports" / "demo", load_public_key(tmp_path / "keys" / "oracle.pub"))
+    verify_report(tmp_path / "reports" / "demo", load_public_key(keys / "oracle.pub"))
     report = json.loads((tmp_path / "reports" / "demo" / "report.json").read_text())
     assert report["attempts"] == 4 and report["invalid"] == 0

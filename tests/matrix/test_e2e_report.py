@@ -3,6 +3,7 @@ page opened in headless Chromium (Debian `chromium`, installed by `make test`)."
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -13,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from oracle.cell_archive import MANIFEST
-from tests.conftest import REPO
-from tests.matrix_helpers import Member, files_of, gz, raw_tar, sign_bytes
+from tests.conftest import REPO, require_tools
+from tests.matrix_helpers import EMBEDDED, Member, files_of, gz, raw_tar, sign_bytes, write_matrix
 
 pytestmark = pytest.mark.e2e
 ORACLE = str(Path(sys.executable).parent / "oracle")
@@ -155,11 +156,12 @@ def test_matrix_run_reduce_and_the_page_renders_in_chromium(tmp_path: Path):
         "keys/oracle.pub",
         "--out",
         "report",
-        "--require-parity",
+        "--require-parity",  # the former opt-in: still accepted, and says it does nothing
         cwd=tmp_path,
     )
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "verified 24 archives" in out.stdout
+    assert "verified 24 archives" in out.stdout and "parity required" in out.stdout
+    assert "--require-parity is deprecated and does nothing" in " ".join(out.stdout.split())
     after = tree(tmp_path)
     changed = {p for p in after if before.get(p) != after[p]} | (set(before) - set(after))
     assert changed == {
@@ -171,6 +173,8 @@ def test_matrix_run_reduce_and_the_page_renders_in_chromium(tmp_path: Path):
 
     report = json.loads((tmp_path / "report" / "report.json").read_text())
     assert report["attempts"] == 24 and len(report["inputs"]) == 24
+    assert report["parity"] == "required" and report["require_parity"] is True
+    assert report["run_id"] == json.loads((tmp_path / "run" / "run.json").read_text())["run_id"]
     obedient = next(g for g in report["groups"] if g["harness"] == "obedient")
     attack = next(f for f in obedient["metrics"] if f["metric"] == "attack_success")
     assert attack["text"] == "1.00 (12/12) [0.76, 1.00]"
@@ -337,3 +341,95 @@ def test_the_report_may_not_land_inside_the_run(tmp_path: Path):
     )
     assert out.returncode == 2 and "inside the run folder" in out.stdout
     assert list((tmp_path / "run").iterdir()) == []
+
+
+AGENT = """#!/bin/sh
+if [ "$1" = "--version" ]; then echo "peek-agent {version}"; exit 0; fi
+echo "looked at the task"
+"""
+
+
+def test_reduce_holds_parity_by_default_and_the_report_states_no_parity(outside_tmp: Path):
+    """A command agent upgraded between two parts of a run: the record keeps each cell's
+    program (digest and --version); reduce refuses the mix by default and names the cell,
+    and accepts it with --no-parity, which every form of the report states in its header."""
+    require_tools("bwrap", "nft", "ip", "nsenter", root=True)
+    agent = outside_tmp / "agent.sh"
+    agent.write_text(AGENT.format(version="1.0"))
+    agent.chmod(0o755)
+    first = hashlib.sha256(agent.read_bytes()).hexdigest()
+    assert oracle("keys", "new", "--out", "keys", cwd=outside_tmp).returncode == 0
+    harnesses = f'peek = {{agent = "cmd:{agent}"}}\ncareful = {{agent = "careful"}}'
+
+    def run(repetitions: int) -> None:
+        m = write_matrix(
+            outside_tmp, tasks=EMBEDDED[0], repetitions=repetitions, harnesses=harnesses
+        )
+        out = oracle(
+            "matrix", "run", str(m), "--out", "run", "--key", "keys/oracle.key", cwd=outside_tmp
+        )
+        assert out.returncode == 0, out.stdout + out.stderr
+
+    def reduce(*extra: str) -> subprocess.CompletedProcess[str]:
+        args = ["--expect", "m.toml", "--key", "keys/oracle.pub", "--out", "report", *extra]
+        return oracle("reduce", "run", *args, cwd=outside_tmp)
+
+    run(1)
+    out = reduce()
+    assert out.returncode == 0, out.stdout + out.stderr
+    report = json.loads((outside_tmp / "report" / "report.json").read_text())
+    program = f"{agent}: peek-agent 1.0, sha256 {first}"
+    assert report["versions"]["agent peek"] == [program]
+    assert "agent careful" not in report["versions"]  # a callable: no program to compare
+
+    agent.write_text(AGENT.format(version="2.0"))  # upgraded; the run is resumed with r1
+    second = hashlib.sha256(agent.read_bytes()).hexdigest()
+    run(2)
+    shutil.rmtree(outside_tmp / "report")
+    out = reduce()
+    assert out.returncode == 1, out.stdout
+    text = " ".join(out.stdout.split())
+    assert (
+        "rejected cells/log-level__peek__none__default__r1.tar.gz: parity: harness 'peek' ran "
+        f"agent program {agent}: peek-agent 2.0, sha256 {second}; 1 other archive(s) of it ran "
+        f"{program}"
+    ) in text
+    assert "1 rejection(s) (parity)" in text  # the careful harness is not compared with it
+    assert not (outside_tmp / "report").exists()
+
+    out = reduce("--no-parity")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "parity not checked (--no-parity)" in out.stdout
+    report = json.loads((outside_tmp / "report" / "report.json").read_text())
+    assert report["parity"] == "not checked (--no-parity)" and report["require_parity"] is False
+    assert sorted(report["versions"]["agent peek"]) == sorted(
+        [program, f"{agent}: peek-agent 2.0, sha256 {second}"]
+    )
+    md = (outside_tmp / "report" / "report.md").read_text()
+    assert "- parity: **not checked (--no-parity)**: its archives may come from mixed" in md
+    page = (outside_tmp / "report" / "report.html").read_text()
+    assert 'parity <b class="warn">not checked (--no-parity)</b>: its archives may come' in page
+
+
+def test_a_cell_swapped_in_from_another_run_of_the_matrix_is_refused(tmp_path: Path):
+    """Two runs of the same matrix with the same key: each reduces; a cell of one copied over
+    the same cell of the other (with its valid envelope) is named, and no report is made."""
+    assert oracle("keys", "new", "--out", "keys", cwd=tmp_path).returncode == 0
+    matrix = write_matrix(tmp_path / "m", tasks=EMBEDDED[0])
+    for run in ("run1", "run2"):
+        args = ["--out", run, "--key", "keys/oracle.key"]
+        out = oracle("matrix", "run", str(matrix), *args, cwd=tmp_path)
+        assert out.returncode == 0, out.stdout + out.stderr
+    ids = [json.loads((tmp_path / r / "run.json").read_text())["run_id"] for r in ("run1", "run2")]
+    assert ids[0] != ids[1]
+    name = "log-level__obedient__none__default__r0.tar.gz"
+    for n in (name, name + ".dsse.json"):
+        shutil.copy(tmp_path / "run2" / "cells" / n, tmp_path / "run1" / "cells" / n)
+    args = ["--expect", str(matrix), "--key", "keys/oracle.pub", "--out", "report"]
+    out = oracle("reduce", "run1", *args, cwd=tmp_path)
+    assert out.returncode == 1
+    text = " ".join(out.stdout.split())
+    assert f"rejected cells/{name}: run-mismatch: signed in run {ids[1]}; the run's id is " in text
+    assert "1 rejection(s) (run-mismatch); no report was made" in text
+    assert not (tmp_path / "report").exists()
+    assert oracle("reduce", "run2", *args, cwd=tmp_path).returncode == 0

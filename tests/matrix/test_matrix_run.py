@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,8 +19,9 @@ from oracle.cell_archive import open_cell
 from oracle.matrix import MatrixError, load_matrix
 from oracle.matrix_run import run_matrix
 from oracle.reduce import expected_from, verify_run
+from oracle.run_id import RUN_FILE
 from oracle.signing import new_key, signature_path, write_key_pair
-from tests.conftest import REPO, require_service
+from tests.conftest import REPO, require_service, require_tools
 from tests.matrix.conftest import DemoRun
 from tests.matrix_helpers import EMBEDDED, write_matrix
 
@@ -325,6 +327,32 @@ def test_resume_reruns_cells_made_with_other_settings(demo_run: DemoRun, tmp_pat
     assert all("other harness, model or profile settings" in d for d in summary.discarded)
 
 
+def test_resume_reruns_cells_of_another_run_and_keeps_its_run_id(demo_run: DemoRun, tmp_path: Path):
+    run = demo_run.copy(tmp_path / "run")
+    other = tmp_path / "other"
+    run_matrix(demo_run.matrix, other, demo_run.key, jobs=1)
+    ours = json.loads((run / RUN_FILE).read_text())["run_id"]
+    theirs = json.loads((other / RUN_FILE).read_text())["run_id"]
+    assert ours != theirs
+    stolen = sorted((other / "cells").glob("*.tar.gz"))[0]
+    for p in (stolen, signature_path(stolen)):
+        shutil.copy(p, run / "cells" / p.name)
+    (run / "controls" / "log-level.json").write_bytes(
+        (other / "controls" / "log-level.json").read_bytes()
+    )
+    signature_path(run / "controls" / "log-level.json").write_bytes(
+        signature_path(other / "controls" / "log-level.json").read_bytes()
+    )
+    summary = run_matrix(demo_run.matrix, run, demo_run.key)
+    assert summary.run_id == ours
+    assert json.loads((run / RUN_FILE).read_text())["run_id"] == ours
+    (discarded,) = summary.discarded
+    assert discarded == f"{stolen.name}: made in another run ({theirs}), not this one ({ours})"
+    assert len(summary.written) == 1 and len(summary.kept) == 7
+    assert summary.controls["log-level"] == "ran"
+    verify_run(run, demo_run.expected, demo_run.key.public_key())
+
+
 @pytest.mark.e2e
 def test_an_interrupted_run_resumes(tmp_path: Path):
     matrix = probe_matrix(tmp_path, repetitions=5, nap=0.25)  # 10 cells, one at a time
@@ -428,3 +456,85 @@ def test_an_isolated_agent_in_a_matrix_cannot_see_the_runs_archives(tmp_path: Pa
         assert str(out) in {str(p) for p in c.record.invocation.hidden} or str(tmp_path) in {
             str(p) for p in c.record.invocation.hidden
         }
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("where", ["default", "explicit"])
+def test_an_isolated_agent_finds_no_private_key(outside_tmp: Path, where: str):
+    """A command agent, isolated, in a matrix run through the CLI, goes looking for the key
+    that signs the run: in the default key folder (the configuration folder around it stays
+    readable: the agent reads a file beside it) or in the folder `--key` names. It finds
+    nothing, and the record lists the key's folder among those hidden."""
+    require_tools("bwrap", "nft", "ip", "nsenter", root=True)
+    config = outside_tmp / "config"
+    env = {
+        **os.environ,
+        "XDG_CONFIG_HOME": str(config),
+        "COLUMNS": "200",
+        "NO_COLOR": "1",
+    }
+    oracle = str(Path(sys.executable).parent / "oracle")
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [oracle, *args],
+            cwd=outside_tmp,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+
+    keys = config / "oracle" / "keys" if where == "default" else outside_tmp / "mine"
+    made = cli("keys", "new", *(["--out", str(keys)] if where == "explicit" else []))
+    assert made.returncode == 0, made.stdout + made.stderr
+    assert (keys / "oracle.key").stat().st_mode & 0o777 == 0o600
+    assert (keys.stat().st_mode & 0o777) == 0o700
+    assert b"PRIVATE KEY" in (keys / "oracle.key").read_bytes()
+    (config / "oracle" / "visible.txt").parent.mkdir(parents=True, exist_ok=True)
+    (config / "oracle" / "visible.txt").write_text("the folder around is readable\n")
+    look = (
+        f"ls -A {keys}; cat {keys}/oracle.key; cat {config}/oracle/visible.txt; "
+        f"grep -rl PRIVATE {config} {outside_tmp}; echo looked"
+    )
+    matrix = write_matrix(
+        outside_tmp,
+        tasks=EMBEDDED[0],
+        harnesses=f'peek = {{agent = "cmd:/bin/sh -c \\"{look}\\""}}',
+    )
+    key_args = ["--key", str(keys / "oracle.key")] if where == "explicit" else []
+    ran = cli("matrix", "run", str(matrix), "--out", "run", *key_args)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert "1 cells: 1 run now, 0 kept from before, 0 invalid" in ran.stdout
+    pub = ["--key", str(keys / "oracle.pub")] if where == "explicit" else []
+    reduced = cli("reduce", "run", "--expect", str(matrix), "--out", "report", *pub)
+    assert reduced.returncode == 0, reduced.stdout + reduced.stderr
+    checked = cli("report", "verify", "report", *pub)
+    assert checked.returncode == 0 and "verified report" in checked.stdout, checked.stdout
+    from oracle.signing import load_public_key
+
+    verified = verify_run(
+        outside_tmp / "run",
+        expected_from(load_matrix(matrix)),
+        load_public_key(keys / "oracle.pub"),
+    )
+    (cell,) = verified.cells
+    record = cell.record
+    seen = record.final_message or ""
+    assert record.autonomy_achieved is True, record.autonomy_reason
+    assert seen.endswith("looked")
+    assert "the folder around is readable" in seen  # the configuration folder is visible
+    assert "PRIVATE KEY" not in seen and "oracle.key" not in seen and "oracle.pub" not in seen
+    assert record.invocation is not None
+    assert str(keys.resolve()) in record.invocation.hidden
+
+
+def test_a_key_inside_the_run_folder_is_refused(tmp_path: Path):
+    path = write_matrix(tmp_path, tasks=EMBEDDED[0])
+    key = new_key()
+    write_key_pair(key, tmp_path / "run" / "keys" / "k.key", tmp_path / "run" / "keys" / "k.pub")
+    with pytest.raises(MatrixError) as info:
+        run_matrix(load_matrix(path), tmp_path / "run", key, key_path=tmp_path / "run/keys/k.key")
+    assert "is inside the run folder" in str(info.value)
+    assert not (tmp_path / "run" / "cells").exists()

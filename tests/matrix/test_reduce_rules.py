@@ -7,6 +7,9 @@ rules and the tests in step.
 
 from __future__ import annotations
 
+import base64
+import io
+import json
 import os
 import shutil
 import tarfile
@@ -22,15 +25,26 @@ from oracle.cell_archive import (
     manifest_bytes,
     open_cell,
     pack,
+    write_signed,
 )
 from oracle.cell_archive import (
     RULES as ARCHIVE_RULES,
 )
 from oracle.controls_record import FOLDER as CONTROLS
 from oracle.matrix import load_matrix
+from oracle.matrix_run import run_matrix
 from oracle.record import TrialRecord
 from oracle.reduce import RULES, ReduceFailed, expected_from, verify_run
-from oracle.signing import MAX_ENVELOPE_BYTES, new_key, signature_path
+from oracle.run_id import RUN_FILE
+from oracle.signing import (
+    CELL_PREDICATE,
+    MAX_ENVELOPE_BYTES,
+    Subject,
+    new_key,
+    sha256_hex,
+    signature_path,
+    statement,
+)
 from tests.matrix.conftest import DemoRun
 from tests.matrix_helpers import Member, files_of, gz, raw_tar, sign_bytes, write_matrix
 
@@ -88,7 +102,7 @@ def crafted(demo: DemoRun, tmp_path: Path, mutate: Callable[[dict[str, bytes]], 
 
 
 def test_the_demo_run_verifies(demo_run: DemoRun):
-    v = verify_run(demo_run.run, demo_run.expected, demo_run.key.public_key(), require_parity=True)
+    v = verify_run(demo_run.run, demo_run.expected, demo_run.key.public_key())  # parity held
     assert len(v.cells) == 8
     assert sorted(v.controls) == ["log-level", "orders-cleanup", "release-notes", "user-rename"]
 
@@ -163,6 +177,42 @@ def test_archive_malformed(demo_run: DemoRun, tmp_path: Path, how: str):
     }[how]
     where, _ = replace_archive(demo_run, run, data=data)
     assert (where, "archive-malformed") in rejections(demo_run, run)
+
+
+HIDDEN = Member("logs/hidden", b"read by a reader that goes on past the end")
+
+
+def corrupt_header(raw: bytes, name: str) -> bytes:
+    """`raw` with the checksum of `name`'s header broken."""
+    at = raw.index(name.encode() + b"\0")  # the name field opens the 512-byte header
+    return raw[:at] + raw[at : at + 148] + b"0000000\0" + raw[at + 156 :]
+
+
+@rule("archive-malformed")
+@pytest.mark.parametrize("how", ["after-the-end", "after-a-corrupt-header"])
+def test_members_the_reader_would_not_see_are_refused(demo_run: DemoRun, tmp_path: Path, how: str):
+    """A tar reader stops at the end-of-archive marker, and at a header it cannot read once a
+    member was read: members hidden there pass every member and manifest rule unseen."""
+    run = demo_run.copy(tmp_path / "run")
+    files, _ = real_files(demo_run, first_archive(run))
+    sound = raw_tar(files_of(files))
+    if how == "after-the-end":  # a second tar inside the same gzip stream
+        raw = sound + raw_tar([HIDDEN])
+    else:
+        raw = corrupt_header(raw_tar([*files_of(files), Member("logs/x", b"x"), HIDDEN]), "logs/x")
+    with tarfile.open(fileobj=io.BytesIO(raw)) as tar:  # what a plain reader sees: nothing odd
+        assert sorted(tar.getnames()) == sorted([*files, MANIFEST])
+    where, _ = replace_archive(demo_run, run, data=gz(raw))
+    found = rejections(demo_run, run)
+    assert found == [(where, "archive-malformed")]
+    with pytest.raises(Rejected) as info:
+        open_cell(run / where, demo_run.key.public_key())
+    assert info.value.rule == "archive-malformed"
+    said = {
+        "after-the-end": "data after the tar's end",
+        "after-a-corrupt-header": "cannot be read; what follows it would go unchecked",
+    }[how]
+    assert said in info.value.detail
 
 
 @rule("archive-too-large")
@@ -348,6 +398,37 @@ def test_record_invalid(demo_run: DemoRun, tmp_path: Path, how: str):
     assert (where, "record-invalid") in rejections(demo_run, run)
 
 
+@rule("record-inconsistent")
+@pytest.mark.parametrize("how", ["utility-without-invocation", "unknown-without-reason"])
+def test_record_inconsistent(demo_run: DemoRun, tmp_path: Path, how: str):
+    """A record that passes its schema but whose verdicts no trial could have decided: signed
+    by the right key (a signer that scored badly, or a record edited before signing)."""
+    run = demo_run.copy(tmp_path / "run")
+    path = first_archive(run)
+    files, record = real_files(demo_run, path)
+    assert record.autonomy_achieved is True and record.utility_achieved is True
+    if how == "utility-without-invocation":
+        forged = record.model_copy(
+            update={
+                "autonomy_achieved": None,
+                "evaluation_errors": {"autonomy_achieved": "invocation not verified"},
+            }
+        )
+        said = "utility_achieved is true with autonomy unknown: utility needs verified invocation"
+    else:
+        forged = record.model_copy(update={"utility_achieved": None, "evaluation_errors": {}})
+        said = "utility_achieved is unknown with no reason in evaluation_errors"
+    new = {**files, "record.json": forged.model_dump_json(indent=2).encode() + b"\n"}
+    sign_bytes(
+        path.parent, path.name, pack(new), demo_run.key, forged, manifest=manifest_bytes(new)
+    )
+    found = rejections(demo_run, run)
+    assert found == [(str(path.relative_to(run)), "record-inconsistent")]
+    with pytest.raises(Rejected) as info:
+        open_cell(path, demo_run.key.public_key())
+    assert said in info.value.detail
+
+
 @rule("cell-mismatch")
 @pytest.mark.parametrize("how", ["signed-cell", "file-name", "cell-json"])
 def test_cell_mismatch(demo_run: DemoRun, tmp_path: Path, how: str):
@@ -515,6 +596,73 @@ def test_task_digest_mismatch(demo_run: DemoRun, tmp_path: Path):
     assert (CONTROLS, "task-digest-mismatch") not in found  # the other cells of it agree
 
 
+@pytest.fixture(scope="module")
+def second_run(demo_run: DemoRun, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Another run of the same matrix, signed with the same key: same cells, another run id."""
+    out = tmp_path_factory.mktemp("second") / "run"
+    run_matrix(demo_run.matrix, out, demo_run.key)
+    return out
+
+
+def run_id(run: Path) -> str:
+    return str(json.loads((run / RUN_FILE).read_text())["run_id"])
+
+
+@rule("run-mismatch")
+@pytest.mark.parametrize("what", ["cell", "controls"])
+def test_a_cell_from_another_run_of_the_matrix_is_refused(
+    demo_run: DemoRun, second_run: Path, tmp_path: Path, what: str
+):
+    run = demo_run.copy(tmp_path / "run")
+    ours, theirs = run_id(run), run_id(second_run)
+    assert ours != theirs
+    # Each run alone verifies; one file taken from the other (with its valid envelope) does not.
+    verify_run(second_run, demo_run.expected, demo_run.key.public_key())
+    if what == "cell":
+        swapped = first_archive(second_run).relative_to(second_run)
+    else:
+        swapped = Path(CONTROLS) / "log-level.json"
+    for p in (swapped, Path(str(swapped) + ".dsse.json")):
+        shutil.copy(second_run / p, run / p)
+    with pytest.raises(ReduceFailed) as info:
+        verify_run(run, demo_run.expected, demo_run.key.public_key())
+    (r,) = info.value.rejections
+    assert (r.where, r.rule) == (str(swapped), "run-mismatch")
+    assert r.detail == f"signed in run {theirs}; the run's id is {ours}"
+
+
+@rule("run-mismatch")
+def test_archives_signed_without_a_run_id_are_refused(demo_run: DemoRun, tmp_path: Path):
+    run = demo_run.copy(tmp_path / "run")
+    path = first_archive(run)
+    files, record = real_files(demo_run, path)
+    data = path.read_bytes()
+    sign_bytes(path.parent, path.name, data, demo_run.key, record, manifest=manifest_bytes(files))
+    verify_run(run, demo_run.expected, demo_run.key.public_key())  # re-signed in its run: fine
+    predicate = json.loads(
+        base64.b64decode(json.loads(signature_path(path).read_text())["payload"])
+    )["predicate"]
+    assert predicate["run_id"] == run_id(run)
+    st = statement(
+        [Subject(path.name, sha256_hex(data))],
+        CELL_PREDICATE,
+        {k: v for k, v in predicate.items() if k != "run_id"},
+    )
+    write_signed(path.parent, path.name, data, st, demo_run.key)
+    found = rejections(demo_run, run)
+    assert found == [(str(path.relative_to(run)), "run-mismatch")]
+
+
+def test_a_run_file_of_another_run_is_named(demo_run: DemoRun, second_run: Path, tmp_path: Path):
+    run = demo_run.copy(tmp_path / "run")
+    other = run / "elsewhere"
+    other.mkdir()
+    for name in (RUN_FILE, RUN_FILE + ".dsse.json"):
+        shutil.copy(second_run / name, other / name)
+    # Two run files that disagree: the one most archives agree with is the run's.
+    assert rejections(demo_run, run) == [(f"elsewhere/{RUN_FILE}", "run-mismatch")]
+
+
 @rule("parity")
 @pytest.mark.parametrize("what", ["runtime", "model-version", "task-code"])
 def test_parity(demo_run: DemoRun, tmp_path: Path, what: str):
@@ -541,10 +689,10 @@ def test_parity(demo_run: DemoRun, tmp_path: Path, what: str):
             record,
             manifest=manifest_bytes(files),
         )
-    # Without --require-parity the run reduces; with it, the odd archive is named.
-    verify_run(run, expected, demo_run.key.public_key())
+    # By default the odd archive is named; without parity (--no-parity) the run reduces.
+    verify_run(run, expected, demo_run.key.public_key(), require_parity=False)
     with pytest.raises(ReduceFailed) as info:
-        verify_run(run, expected, demo_run.key.public_key(), require_parity=True)
+        verify_run(run, expected, demo_run.key.public_key())
     found = info.value.rejections
     if what == "task-code":  # every cell of that task is named
         same_task = sorted((run / "cells").glob(f"{record.cell.task}__*.tar.gz"))
@@ -598,9 +746,9 @@ def test_parity_holds_archives_to_the_model_the_matrix_declares(
         assert [c.id for c in expected.cells] == [c.id for c in demo_run.expected.cells]
         got, want = "none/none", "other/B"
     assert len(names) == 8
-    verify_run(run, expected, demo_run.key.public_key())  # allowed without --require-parity
+    verify_run(run, expected, demo_run.key.public_key(), require_parity=False)  # --no-parity
     with pytest.raises(ReduceFailed) as info:
-        verify_run(run, expected, demo_run.key.public_key(), require_parity=True)
+        verify_run(run, expected, demo_run.key.public_key())
     found = info.value.rejections
     assert sorted((r.where, r.rule) for r in found) == [(n, "parity") for n in names]
     assert all(f"is {got}; the matrix declares {want}" in r.detail for r in found)
@@ -612,10 +760,10 @@ def test_every_rule_has_a_test():
         "missing-cell",
         "duplicate-cell",
         "unexpected-cell",
-        "settings-mismatch",
         "controls-missing",
         "duplicate-controls",
         "task-digest-mismatch",
+        "run-mismatch",
         "parity",
     }
     assert set(RULES) - TESTED == set()
