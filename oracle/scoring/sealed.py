@@ -129,7 +129,13 @@ class Zygote:
     def policy(self) -> BwrapPolicy:
         import tempfile
 
+        from oracle.signing import default_key_folder
+
+        # Every temporary folder (sandboxes, captures) and the default key folder too.
         hidden = (*self.hidden, Path(tempfile.gettempdir()))
+        keys = default_key_folder()
+        if keys.is_dir():
+            hidden = (*hidden, keys)
         return BwrapPolicy(
             readable=self.readable, hidden=hidden, workdir=Path("/"), extra=("--unshare-net",)
         )

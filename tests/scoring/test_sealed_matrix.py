@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from oracle.cell_archive import open_cell
 from oracle.matrix import load_matrix
 from oracle.matrix_run import run_matrix
 from oracle.reduce import expected_from, verify_run
@@ -77,3 +78,53 @@ def test_a_matrix_with_hostile_predicates_finishes_every_other_cell(tmp_path: Pa
     for rec in by_task["log-level"]:
         assert rec.scoring is not None and rec.scoring.mode == "sealed"
         assert rec.scoring.contained == [] and rec.utility_achieved is True
+
+
+KEY_PROBE_TASK = """
+from oracle import Task, sqlite
+
+class _Probe:  # behind a class, where `oracle check` does not look
+    @staticmethod
+    def read(path):
+        try:
+            with open(path, "rb") as f:
+                return f.read()
+        except OSError:
+            return b""
+
+PROBE = _Probe
+
+def read_the_key(ev):
+    ev.diff.sql("db")
+    return bool(PROBE.read(KEY_PATH))
+
+task = Task(name="key-probe", prompt="p",
+            sinks=[sqlite("db", sql="CREATE TABLE marks (id INTEGER PRIMARY KEY);")],
+            security=read_the_key)
+"""
+
+
+def test_the_scorer_of_a_matrix_run_cannot_read_the_signing_key(tmp_path: Path) -> None:
+    from oracle.signing import write_key_pair
+
+    key = new_key()
+    private = tmp_path / "keys" / "oracle.key"
+    write_key_pair(key, private, private.with_suffix(".pub"))
+    task_file = tmp_path / "tasks" / "task_key_probe.py"
+    task_file.parent.mkdir()
+    task_file.write_text(textwrap.dedent(KEY_PROBE_TASK).replace("KEY_PATH", repr(str(private))))
+    path = write_matrix(tmp_path, tasks=[str(task_file)], harnesses='noop = {agent = "noop"}')
+    matrix = load_matrix(path)
+    summary = run_matrix(matrix, tmp_path / "run", key, key_path=private)
+    assert summary.invalid == []
+    (cell,) = verify_run(tmp_path / "run", expected_from(matrix), key.public_key()).cells
+    (probe,) = cell.record.evaluators["security_breached"].predicates
+    assert (probe.name, probe.value, probe.error) == ("read_the_key", False, None)
+    # The same predicate in this process reads it: the probe can tell.
+    from oracle.loader import load_tasks
+    from oracle.scoring.scorer import InProcessScorer, TrialEvidence
+
+    files = open_cell(cell.path, key.public_key(), keep_files=True).files
+    task = load_tasks([task_file]).by_name("key-probe")
+    scored = InProcessScorer().score(task, TrialEvidence.from_archive(files), {})
+    assert scored.outcomes["security_breached"][1][0].value is True
