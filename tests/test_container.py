@@ -62,8 +62,10 @@ def test_the_oracles_folders_are_not_mounted():
     assert cfg["network_mode"] == "none"
 
 
-def test_no_engine_is_a_clear_error_and_the_agent_never_started():
+def test_no_engine_is_a_clear_error_and_the_agent_never_started(tmp_path, monkeypatch):
     pytest.importorskip("docker")
+    # No engine at the address the client is given, whether or not this machine runs one.
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")
     with pytest.raises(RuntimeError, match="no Docker engine is reachable"):
         docker_client()
     task = Task(
