@@ -614,12 +614,20 @@ def rescore(
             help="where the new archives go (default: beside each PATH, as <PATH>.rescore-<time>)"
         ),
     ] = None,
+    key: Annotated[
+        Path | None,
+        typer.Option(
+            help="for signed cells (a matrix output): the public key that signed them "
+            "(default: oracle.pub in the default key folder)"
+        ),
+    ] = None,
     scorer: ScorerOpt = "sealed",
 ) -> None:
     """Run the (possibly edited) predicates of tasks again on archived trials, without
-    running any agent. Each new record is archived beside the old one, never over it, with
-    the old and new verdicts side by side; a task whose code changed is not counted until
-    `oracle controls` proves it again.
+    running any agent. Each archive is checked first (a trial folder against its manifest, a
+    signed cell against its signature and every rule of the reducer). Each new record is
+    archived beside the old one, never over it, with the old and new verdicts side by side; a
+    task whose code changed is not counted until `oracle controls` proves it again.
 
     Exits 1 when an archive cannot be read or rescored, or a predicate had to be contained;
     2 on a usage error (a task file that cannot be loaded)."""
@@ -635,6 +643,14 @@ def rescore(
     if missing:
         console().print(f"[red]error:[/red] no such archive: {', '.join(map(str, missing))}")
         raise typer.Exit(2)
+    public = None
+    key_path = key or default_public_key()
+    if key is not None or key_path.is_file():
+        try:
+            public = load_public_key(key_path)
+        except KeyFileError as exc:
+            console().print(f"[red]error:[/red] {escape(str(exc))}")
+            raise typer.Exit(2) from None
     targets = output_folders(paths, out)
     # The archives hold the transcripts: the scorer sees neither them nor what it writes.
     hidden = [p.absolute() for p in [*paths, *targets]]
@@ -645,7 +661,7 @@ def rescore(
         raise typer.Exit(2) from None
     try:
         with _interruptible():
-            results = run_rescore(paths, loaded, judge, outs=targets)
+            results = run_rescore(paths, loaded, judge, outs=targets, public=public)
     except RescoreError as exc:
         console().print(f"[red]error:[/red] {escape(str(exc))}")
         raise typer.Exit(2) from None

@@ -28,6 +28,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
 from oracle.archive import MANIFEST, ArchiveError, verify_archive, write_archive
 from oracle.check import refusals
 from oracle.control_status import controls_status
@@ -56,8 +58,10 @@ class Source:
     path: Path
     rel: Path
 
-    def read(self) -> dict[str, bytes]:
-        """The archive's files, after its checks; `RescoreError` names what failed."""
+    def read(self, public: Ed25519PublicKey | None = None) -> dict[str, bytes]:
+        """The archive's files, after its checks: a trial folder against its manifest, a
+        signed cell against its signature (`public`) and every rule of the reducer.
+        `RescoreError` names what failed."""
         if self.path.is_dir():
             problems = verify_archive(self.path)
             if problems:
@@ -67,18 +71,18 @@ class Source:
                 for p in sorted(self.path.rglob("*"))
                 if p.is_file() and p.name != MANIFEST
             }
-        from oracle.cell_archive import Limits, Rejected, check_manifest, members, read_bounded
+        from oracle.cell_archive import Rejected, open_cell
 
-        limits = Limits()
-        data = read_bounded(self.path, limits.max_archive_bytes)
-        if data is None:
-            raise RescoreError(f"{self.path}: cannot be read, or is over the size limit")
+        if public is None:
+            raise RescoreError(
+                f"{self.path}: a signed cell is read only after its signature is checked; "
+                "give the public key that signed it (--key)"
+            )
         try:
-            files = members(data, limits)
-            check_manifest(files)
+            opened = open_cell(self.path, public, keep_files=True)
         except Rejected as exc:
             raise RescoreError(f"{self.path}: {exc}") from None
-        return {k: v for k, v in files.items() if k not in (MANIFEST, "cell.json")}
+        return {k: v for k, v in opened.files.items() if k not in (MANIFEST, "cell.json")}
 
 
 def find_sources(path: Path) -> list[Source]:
@@ -197,23 +201,30 @@ def rescore(
     scorer: Scorer,
     *,
     outs: Sequence[Path] | None = None,
+    public: Ed25519PublicKey | None = None,
 ) -> list[Rescored]:
     """Rescore every archived trial under `paths` with the tasks of `loaded`; write each new
     archive under the matching folder of `outs` (`output_folders` by default), at the
-    trial's place under its path. Nothing is ever overwritten: an archive folder that exists
-    already is an error for its trial."""
+    trial's place under its path. Signed cells are checked against `public`. Nothing is ever
+    overwritten: an archive folder that exists already is an error for its trial."""
     by_name = {t.name: t for t in loaded.tasks}
     results: list[Rescored] = []
     targets = list(outs) if outs is not None else output_folders(paths, None)
     for path, target in zip(paths, targets, strict=True):
         for source in find_sources(path):
-            results.append(_one(source, by_name, scorer, target / source.rel))
+            results.append(_one(source, by_name, scorer, target / source.rel, public))
     return results
 
 
-def _one(source: Source, tasks: dict[str, Task], scorer: Scorer, folder: Path) -> Rescored:
+def _one(
+    source: Source,
+    tasks: dict[str, Task],
+    scorer: Scorer,
+    folder: Path,
+    public: Ed25519PublicKey | None,
+) -> Rescored:
     try:
-        files = source.read()
+        files = source.read(public)
         old = TrialRecord.model_validate_json(files["record.json"])
     except (RescoreError, OSError) as exc:
         return Rescored(source, None, None, error=str(exc))

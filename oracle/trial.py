@@ -398,7 +398,7 @@ def _evaluate(t: _Trial, diff_errors: Mapping[str, str], scorer: Scorer) -> _Eva
         outcomes={Metric.UTILITY.value: utility, Metric.SECURITY.value: security},
         observation_errors=observation_errors,
         scoring=scored.record,
-        files=evidence.archive_files() if "bundle" in vars(evidence) else None,
+        files=evidence.archive_files(),
     )
 
 

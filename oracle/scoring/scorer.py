@@ -82,8 +82,12 @@ class TrialEvidence:
             diff=diff, before=before, after=after, harness=harness, task=task_facts(task)
         )
 
-    def archive_files(self) -> dict[str, bytes]:
-        """The evidence files the archive keeps (the bundle without ``harness.json``)."""
+    def archive_files(self) -> dict[str, bytes] | None:
+        """The evidence files the archive keeps (the bundle without ``harness.json``), where
+        the bundle was made (a sealed scorer was handed it); None where it was not, so that
+        nothing is serialised twice or for nothing."""
+        if "bundle" not in vars(self):  # the cached property was never computed
+            return None
         return {k: v for k, v in self.bundle.files.items() if k != HARNESS}
 
 

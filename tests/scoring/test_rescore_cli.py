@@ -144,9 +144,16 @@ def test_rescore_a_matrix_outputs_cells(tmp_path):
     ran = oracle("matrix", "run", str(matrix), "--out", str(tmp_path / "run"), "--key", str(key))
     assert ran.returncode == 0, ran.stdout + ran.stderr
     _task(tasks, 'bool(ev.diff.sql("shop").removed("customers", name="grace"))')
-    done = oracle(
-        "rescore", str(tmp_path / "run"), "--tasks", str(tasks), "--out", str(tmp_path / "r")
-    )
+    args = ("rescore", str(tmp_path / "run"), "--tasks", str(tasks))
+    # A signed cell is read only after its signature is checked.
+    unsigned = oracle(*args, "--out", str(tmp_path / "r0"), "--key", str(tmp_path / "nokey.pub"))
+    assert unsigned.returncode == 2 and "not a readable public key" in unsigned.stdout
+    other = tmp_path / "other" / "oracle.key"
+    assert oracle("keys", "new", "--out", str(other.parent)).returncode == 0
+    forged = oracle(*args, "--out", str(tmp_path / "r1"), "--key", str(other.with_suffix(".pub")))
+    assert forged.returncode == 1 and "signature-invalid" in forged.stdout
+    assert not list((tmp_path / "r1").rglob("record.json"))
+    done = oracle(*args, "--out", str(tmp_path / "r"), "--key", str(key.with_suffix(".pub")))
     assert done.returncode == 0, done.stdout + done.stderr
     new = [json.loads(p.read_text()) for p in (tmp_path / "r").rglob("record.json")]
     assert sorted(r["cell"]["repetition"] for r in new) == [0, 1]
