@@ -37,12 +37,20 @@ if TYPE_CHECKING:
     from oracle.task import Task
 
 
+#: How many zygotes (each an interpreter with oracle imported) and scorers a pool keeps
+#: warm; the least recently used idle ones are ended beyond that.
+MAX_ZYGOTES = 3
+MAX_SCORERS = 12
+
+
 class ScorerPool:
     """Zygotes and warm scorers; a context manager that ends them all on exit.
 
     `bubblewrap`: contain the scorers with bubblewrap (None: where it is installed and
     works). Without it a scorer is still a separate process handed only the evidence, but it
-    can see the host's files and network; each record's scoring note says so."""
+    can see the host's files and network; each record's scoring note says so. At most
+    `MAX_ZYGOTES` zygotes and `MAX_SCORERS` scorers stay warm: a long process that runs trials
+    under many layouts (a test suite, one archive folder per test) does not pile them up."""
 
     def __init__(self, *, bubblewrap: bool | None = None) -> None:
         why = "switched off" if bubblewrap is False else bubblewrap_usable()
@@ -83,7 +91,11 @@ class ScorerPool:
             if not z.alive:
                 self._forget(z)
             elif key == hidden and z.sees(task_file):
+                self._zygotes.remove((key, z))
+                self._zygotes.append((key, z))  # the most recently used last
                 return z
+        # None of them sees the task's folder: a new zygote, with it bound back if need be.
+        self._evict_zygotes(MAX_ZYGOTES - 1)
         readable = base_binds()
         probe = Zygote(readable, hidden, bubblewrap=self.bubblewrap)
         if not probe.sees(task_file):
@@ -98,6 +110,46 @@ class ScorerPool:
             del self._scorers[key]
         zygote.close()
 
+    def _idle(self, scorers: list[TaskScorer]) -> list[TaskScorer] | None:
+        """`scorers` locked, if none of them is judging a trial; else None (nothing held)."""
+        held: list[TaskScorer] = []
+        for s in scorers:
+            if not s.lock.acquire(blocking=False):
+                for h in held:
+                    h.lock.release()
+                return None
+            held.append(s)
+        return held
+
+    def _evict_zygotes(self, keep: int) -> None:
+        """End the least recently used idle zygotes (and their scorers) beyond `keep`."""
+        for _, z in list(self._zygotes):
+            if len(self._zygotes) <= keep:
+                return
+            mine = [s for s in self._scorers.values() if s.zygote is z]
+            held = self._idle(mine)
+            if held is None:
+                continue
+            try:
+                for s in held:
+                    s.close()
+            finally:
+                for s in held:
+                    s.lock.release()
+            self._forget(z)
+
+    def _evict_scorers(self, keep: int) -> None:
+        """End the least recently used idle scorers beyond `keep` (their zygotes stay)."""
+        for key, s in list(self._scorers.items()):
+            if len(self._scorers) <= keep:
+                return
+            if s.lock.acquire(blocking=False):
+                try:
+                    s.close()
+                finally:
+                    s.lock.release()
+                del self._scorers[key]
+
     def task_scorer(self, task_file: Path, hidden: Iterable[Path] = ()) -> TaskScorer:
         """The warm scorer of `task_file` for trials whose `hidden` folders it must not see.
         Raises `ScorerError` where no scorer process can be started."""
@@ -105,9 +157,11 @@ class ScorerPool:
         task_file = task_file.absolute()
         with self._lock:
             zygote = self._zygote(task_file, key)
-            scorer = self._scorers.get((id(zygote), task_file))
+            scorer = self._scorers.pop((id(zygote), task_file), None)
             if scorer is None:
-                scorer = self._scorers[(id(zygote), task_file)] = TaskScorer(zygote, task_file)
+                self._evict_scorers(MAX_SCORERS - 1)
+                scorer = TaskScorer(zygote, task_file)
+            self._scorers[(id(zygote), task_file)] = scorer  # the most recently used last
         return scorer
 
     def warm(self, task_files: Iterable[Path], hidden: Iterable[Path] = ()) -> threading.Thread:
@@ -171,15 +225,19 @@ class SealedScorer:
                 "scored in this process (load it with oracle.load_tasks to seal its scoring)"
             )
             return InProcessScorer(why).score(task, evidence, refused)
-        try:
-            scorer = self.pool.task_scorer(Path(origin), self.hidden)
-        except ScorerError as exc:
-            why = f"no scorer process: {exc}"
-            record = ScoringRecord(mode="sealed", isolation="none", note=why)
-            return Scored(unreadable(task, why, refused), record)
         plans = plan(task)
-        with scorer.lock:
-            done = scorer.judge(task, evidence.bundle, plans, refused, loaded_digest(task))
+        for attempt in (1, 2):
+            try:
+                scorer = self.pool.task_scorer(Path(origin), self.hidden)
+            except ScorerError as exc:
+                why = f"no scorer process: {exc}"
+                record = ScoringRecord(mode="sealed", isolation="none", note=why)
+                return Scored(unreadable(task, why, refused), record)
+            with scorer.lock:
+                # A zygote the pool ended between the lookup and the lock: look up again.
+                if scorer.zygote.alive or attempt == 2:
+                    done = scorer.judge(task, evidence.bundle, plans, refused, loaded_digest(task))
+                    break
         outcomes: Outcomes = {mp.metric: assemble(mp, done, refused) for mp in plans}
         record = ScoringRecord(
             mode="sealed",

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import os
 import socket
 import subprocess
@@ -126,7 +127,9 @@ class Zygote:
     def isolation(self) -> str:
         return "bubblewrap" if self.bubblewrap else "process"
 
+    @functools.cached_property
     def policy(self) -> BwrapPolicy:
+        """What the zygote and its scorers see under bubblewrap."""
         import tempfile
 
         from oracle.signing import default_key_folder
@@ -142,7 +145,7 @@ class Zygote:
 
     def sees(self, path: Path) -> bool:
         """Whether a scorer of this zygote can read `path`."""
-        return not self.bubblewrap or hidden_by(self.policy(), path) is None
+        return not self.bubblewrap or hidden_by(self.policy, path) is None
 
     def start(self) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -156,9 +159,8 @@ class Zygote:
         ]
         argv = command
         if self.bubblewrap:
-            policy = self.policy()
-            make_hidden_folders(policy)
-            argv = bwrap_argv(policy, command)
+            make_hidden_folders(self.policy)
+            argv = bwrap_argv(self.policy, command)
         try:
             self._proc = _SPAWNER.submit(
                 subprocess.Popen,

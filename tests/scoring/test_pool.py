@@ -1,0 +1,79 @@
+"""The scorer pool: warm scorers are reused, idle ones are ended beyond the limits, busy
+ones never; and the framing of the scorer's messages refuses what a broken peer sends."""
+
+from __future__ import annotations
+
+import socket
+import struct
+from pathlib import Path
+
+import pytest
+
+from oracle.scoring import pool as pool_mod
+from oracle.scoring.pool import ScorerPool
+from oracle.scoring.protocol import ChannelClosed, ChannelError, ChannelTimeout, receive, send
+from tests.conftest import DEMO
+
+TASK = DEMO / "task_user_rename.py"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_a_task_files_scorer_is_reused_and_idle_zygotes_are_ended_beyond_the_limit(tmp_path):
+    with ScorerPool() as pool:
+        first = pool.task_scorer(TASK, [tmp_path / "a"])
+        assert pool.task_scorer(TASK, [tmp_path / "a"]) is first
+        first.warm()
+        zygote = first.zygote
+        assert zygote.alive
+        pid = zygote._proc.pid  # type: ignore[union-attr]
+        for name in ("b", "c", "d"):
+            pool.task_scorer(TASK, [tmp_path / name]).warm()
+        assert len(pool._zygotes) == pool_mod.MAX_ZYGOTES
+        # The least recently used one (the first) was ended, with its process.
+        assert not zygote.alive and not _alive(pid)
+        assert all(z.alive for _, z in pool._zygotes)
+
+
+def test_a_zygote_whose_scorer_is_judging_is_never_ended(tmp_path):
+    with ScorerPool() as pool:
+        busy = pool.task_scorer(TASK, [tmp_path / "a"])
+        busy.warm()
+        with busy.lock:  # as while a trial is judged
+            others = []
+            for name in ("b", "c", "d"):
+                others.append(pool.task_scorer(TASK, [tmp_path / name]))
+                others[-1].warm()
+            # The busy one is the least recently used, but the next idle one went instead.
+            assert busy.zygote.alive
+            assert not others[0].zygote.alive
+            assert [z for _, z in pool._zygotes] == [busy.zygote, *(o.zygote for o in others[1:])]
+
+
+def test_messages_round_trip_and_a_broken_peer_is_named():
+    a, b = socket.socketpair()
+    with a, b:
+        send(a, {"op": "evidence", "names": ["x"]}, [b"\x00" * 100_000])
+        header, blobs = receive(b, None)
+        assert header == {"op": "evidence", "names": ["x"]} and blobs == [b"\x00" * 100_000]
+        with pytest.raises(ChannelTimeout):
+            import time
+
+            receive(b, time.monotonic() + 0.05)
+        a.sendall(struct.pack("!I", 1 << 30))
+        with pytest.raises(ChannelError, match="over the limit"):
+            receive(b, None)
+    c, d = socket.socketpair()
+    with d:
+        c.sendall(struct.pack("!I", 2) + b"[]")
+        with pytest.raises(ChannelError, match="not an object"):
+            receive(d, None)
+        c.close()
+        with pytest.raises(ChannelClosed):
+            receive(d, None)
