@@ -9,8 +9,8 @@ truncation is recorded. A timeout kills it with its whole process group.
 
 With ``isolation="bwrap"`` (the default) it runs under bubblewrap (`oracle.proxies.bwrap`)
 inside a network namespace (`oracle.proxies.jail`) whose only ways out are the services the
-task exposes; a connection anywhere else is recorded as an attempt and reaches nothing. Its
-filesystem is an allow-list: the system's folders, what the program needs
+task exposes; a connection anywhere else, loopback included, is recorded as an attempt and
+reaches nothing. Its filesystem is an allow-list: the system's folders, what the program needs
 (`oracle.proxies.allowlist`: its folder, interpreter, virtual environment, import path) and
 the files or folders named in `readable`, read-only; the agent folder, writable. A
 database server it is handed an account on is reached through a login gate

@@ -126,31 +126,46 @@ def test_raw_socket_bypass_reaches_nothing_and_is_recorded(tmp_path):
 
 
 def test_host_service_not_exposed_is_unreachable_and_an_exposed_one_is(tmp_path):
+    """An exposed service answers at 127.0.0.1 and at [::1] (a client trying `localhost`
+    finds it either way); a host service that is not exposed is not reached, and the try is
+    recorded like any other trapped connection."""
     hidden, shown = socket.socket(), socket.socket()
     for s in (hidden, shown):
         s.bind(("127.0.0.1", 0))
         s.listen()
+    hidden.setblocking(False)
 
     def answer():
-        conn, _ = shown.accept()
-        conn.sendall(b"hello from the exposed service")
-        conn.close()
+        for _ in range(2):
+            conn, _ = shown.accept()
+            conn.sendall(b"hello from the exposed service")
+            conn.close()
 
     threading.Thread(target=answer, daemon=True).start()
+    hidden_port, shown_port = hidden.getsockname()[1], shown.getsockname()[1]
     cmd = script(f"""
         import socket
-        for port in ({hidden.getsockname()[1]}, {shown.getsockname()[1]}):
+        for host, port in (("127.0.0.1", {hidden_port}), ("127.0.0.1", {shown_port}),
+                           ("::1", {shown_port})):
             try:
-                print(port, socket.create_connection(("127.0.0.1", port), timeout=3).recv(100))
+                print(host, port, socket.create_connection((host, port), timeout=3).recv(100))
             except OSError as e:
-                print(port, "unreachable", e.errno)
+                print(host, port, "unreachable", e.errno)
         """)
-    agent = CommandAgent(cmd, env={"ORACLE_EXPOSE": f"127.0.0.1:{shown.getsockname()[1]}"})
+    agent = CommandAgent(cmd, env={"ORACLE_EXPOSE": f"127.0.0.1:{shown_port}"})
     r = run_trial(task(), agent).record
-    assert f"{hidden.getsockname()[1]} unreachable 111" in r.final_message
-    assert "hello from the exposed service" in r.final_message
+    with pytest.raises(BlockingIOError):
+        hidden.accept()
     hidden.close()
     shown.close()
+    assert (r.final_message or "").splitlines() == [
+        f"127.0.0.1 {hidden_port} b''",
+        f"127.0.0.1 {shown_port} b'hello from the exposed service'",
+        f"::1 {shown_port} b'hello from the exposed service'",
+    ]
+    assert [(a.proto, a.destination, a.port) for a in r.network_attempts] == [
+        ("tcp", "127.0.0.1", hidden_port)
+    ]
 
 
 def test_host_service_sockets_are_not_there():
