@@ -228,8 +228,9 @@ attempt("write root", write(os.environ["ORACLE_TASK_ROOT"] + "/done.txt"))
 
 @pytest.fixture
 def tmpdir_outside_tmp(outside_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """TMPDIR outside /tmp: the sandbox, the template cache and every recorder's folder are
-    made there, where only the oracle's hiding keeps them from the agent."""
+    """TMPDIR under the project: the sandbox, the template cache and every recorder's folder
+    are made there, where only the oracle's hiding keeps them from an agent that may read the
+    project."""
     tmpdir = outside_tmp / "tmpdir"
     tmpdir.mkdir()
     monkeypatch.setenv("TMPDIR", str(tmpdir))
@@ -240,8 +241,10 @@ def tmpdir_outside_tmp(outside_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> Pa
 def test_the_agent_cannot_touch_the_oracle(outside_tmp, tmpdir_outside_tmp):
     """An isolated program tries every file of the oracle's it can name: the archive it is
     being recorded into, an earlier run's archive and snapshots beside it, the recorder's log,
-    configuration and CA key, the template cache and the sandbox. Every try fails, the
-    record lists what was hidden, and the archives are intact."""
+    configuration and CA key, the template cache and the sandbox. It may read the folder that
+    holds them all (as it would a project it works on), so only the oracle's hiding keeps them
+    from it. Every try fails, the record lists what was hidden, and the archives are
+    intact."""
     base = outside_tmp / "runs"
     t = task(sinks=[*task().sinks, egress("net")])
     earlier = run_trial(t, CommandAgent("true"), out=base / "A").archive
@@ -249,7 +252,8 @@ def test_the_agent_cannot_touch_the_oracle(outside_tmp, tmpdir_outside_tmp):
     assert earlier is not None and current is not None
     kept = {p: p.read_bytes() for p in (earlier / "record.json", current / "record.json")}
     argv = [PY, "-c", ATTACK, str(base), str(current), str(earlier), str(tmpdir_outside_tmp)]
-    result = run_trial(t, CommandAgent(argv, name="attacker"), out=base / "B")
+    attacker = CommandAgent(argv, name="attacker", readable=[outside_tmp])
+    result = run_trial(t, attacker, out=base / "B")
     r = result.record
     text = r.final_message or ""
     assert r.autonomy_achieved is True, r.autonomy_reason
@@ -456,11 +460,9 @@ def test_a_program_in_a_folder_of_the_oracles_never_started(outside_tmp):
 
 def test_a_unix_socket_outside_the_allow_list_cannot_be_reached(outside_tmp):
     """A host service listening on a unix socket in a folder the sandbox does not bind back
-    (here one under the project, outside /run and /tmp) is not there for the agent: the
+    (here one under the project, which the agent program does not need) is not there: the
     sandbox's filesystem is an allow-list, not the host's root made read-only."""
-    folder = outside_tmp / "service"
-    folder.mkdir()
-    path = folder / "api.sock"
+    path = outside_tmp / "api.sock"  # short: a socket's path has a length limit
     server = socket.socket(socket.AF_UNIX)
     server.bind(str(path))
     server.listen()
