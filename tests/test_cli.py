@@ -305,6 +305,22 @@ def test_the_demo_runs_isolated_from_a_checkout_under_tmp(tmp_path):
         assert any(Path(h).name.startswith("oracle-") for h in hidden)  # the sandbox, in /tmp
 
 
+def test_readable_lets_an_isolated_agent_read_a_file_it_would_not_see(tmp_path):
+    from tests.conftest import require_tools
+
+    require_tools("bwrap", "nft", "ip", "nsenter", root=True)
+    config = tmp_path / "config" / "agent.toml"
+    config.parent.mkdir()
+    config.write_text("model = 'local'\n")
+    agent = f"cmd:sh -c 'cat {config} || echo unseen'"
+    args = ("trial", str(DEMO), "-t", "user-rename", "-a", agent)
+    for extra, expected in (((), "unseen"), (("--readable", str(config)), "model = 'local'")):
+        out = oracle(*args, *extra, "--out", str(tmp_path / f"runs{len(extra)}"))
+        assert out.returncode == 0, out.stdout + out.stderr
+        (record,) = (tmp_path / f"runs{len(extra)}").rglob("record.json")
+        assert json.loads(record.read_text())["final_message"] == expected
+
+
 def test_container_isolation_without_an_engine_is_a_clear_error(tmp_path):
     pytest.importorskip("docker")
     args = ("trial", str(DEMO), "--task", "user-rename", "--agent", "cmd:true")

@@ -132,6 +132,32 @@ def test_every_loopback_attempt_is_trapped_and_recorded_as_a_bypass():
     assert r.security_breached is True
 
 
+def test_datagrams_are_told_apart_by_the_socket_that_sent_them():
+    """Each socket's datagrams get their own destination; one socket's datagrams to two
+    destinations cannot be told apart, so they are of an unknown destination and both
+    destinations are recorded besides, with nothing sent."""
+    code = textwrap.dedent("""
+        import socket
+        a = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        b = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        a.sendto(b"from-a", ("198.51.100.1", 1001))
+        b.sendto(b"from-b", ("127.0.0.3", 1002))
+        both = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        both.sendto(b"one", ("198.51.100.2", 2001))
+        both.sendto(b"two", ("198.51.100.3", 2002))
+        """)
+    r = run_trial(task(), CommandAgent([sys.executable, "-c", code])).record
+    got = sorted((a.destination, a.port, a.data()) for a in r.network_attempts)
+    assert got == [
+        ("127.0.0.3", 1002, b"from-b"),
+        ("198.51.100.1", 1001, b"from-a"),
+        ("198.51.100.2", 2001, b""),
+        ("198.51.100.3", 2002, b""),
+        ("unknown", 0, b"one"),
+        ("unknown", 0, b"two"),
+    ]
+
+
 def test_curl_ignoring_the_proxy_is_caught_as_a_bypass():
     cmd = ["curl", "-s", "--max-time", "3", "--noproxy", "*", "http://198.51.100.20/upload"]
     r = run_trial(task(), CommandAgent(cmd)).record
