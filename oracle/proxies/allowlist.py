@@ -17,14 +17,16 @@ else of the host, except what `program_files` finds the program needs, bound bac
   regular file on the command line (a script handed to ``sh`` or ``node``).
 
 A folder is bound whole only where that cannot bring in much more than the program: never
-``/``, a folder right under it (``/root``, ``/home``, ``/work``), a user's home folder, or a
-folder under ``/run``, ``/proc``, ``/dev`` or ``/sys`` — there the file alone is bound. A
+``/``, a folder right under it (``/root``, ``/home``, ``/srv``), a user's home folder,
+``/tmp`` itself, or a folder under ``/run``, ``/proc``, ``/dev`` or ``/sys`` — there the file
+alone is bound; nothing inside the oracle's folders (``hidden``) is bound at all. A
 socket file in a folder bound back can be connected to (a read-only mount does not stop
 ``connect()``): what is bound is what the program needs, not what is safe to bind.
 
     found = program_files(Path("/srv/app/.venv/bin/python"), ["python", "-m", "agent"], env)
-    found.readable     # (Path('/srv/app/.venv'), Path('/usr/local/lib/…'), Path('/srv/app/src'))
-    found.chain        # (('it is at', Path('/srv/app/.venv/bin/python')),)
+    found.readable  # (Path('/srv/app/.venv'), Path('/srv/app/src/agent'),
+                    #  Path('/home/me/.pyenv/versions/3.12.1'))  — venv, editable install, base
+    found.chain     # (('it is at', Path('/srv/app/.venv/bin/python')),)
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ MAX_INTERPRETERS = 4
 _PYTHON = re.compile(r"python[0-9.]*[a-z]*$")
 #: Python options that take a value (the next argument, unless attached).
 _PYTHON_VALUE_OPTIONS = frozenset("WX")
+_PYTHON_LONG_VALUE_OPTIONS = frozenset({"--check-hash-based-pycs"})
 
 
 @dataclass(frozen=True)
@@ -164,7 +167,7 @@ def _interpreter(program: Path, path_env: str | None) -> Path | None:
         if word.startswith("-") or "=" in word:
             continue
         found = shutil.which(word, path=path_env)
-        return Path(found) if found else Path(word)
+        return Path(found) if found else None  # not on the PATH: it fails to run, and says so
     return None
 
 
@@ -174,6 +177,9 @@ def _python_script(argv: Sequence[str]) -> Path | None:
     for arg in args:
         if arg == "-" or arg in ("-c", "-m") or arg.startswith(("-c", "-m")):
             return None
+        if arg in _PYTHON_LONG_VALUE_OPTIONS:
+            next(args, None)
+            continue
         if arg.startswith("--"):
             continue
         if arg.startswith("-"):
