@@ -321,8 +321,10 @@ def test_readable_lets_an_isolated_agent_read_a_file_it_would_not_see(tmp_path):
         assert json.loads(record.read_text())["final_message"] == expected
 
 
-def test_container_isolation_without_an_engine_is_a_clear_error(tmp_path):
+def test_container_isolation_without_an_engine_is_a_clear_error(tmp_path, monkeypatch):
     pytest.importorskip("docker")
+    # No engine at this address, whatever runs on the host.
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
     args = ("trial", str(DEMO), "--task", "user-rename", "--agent", "cmd:true")
     out = oracle(*args, "--isolation", "container", "--image", "alpine", "--out", str(tmp_path))
     assert out.returncode == 2
