@@ -58,6 +58,7 @@ from oracle.proxies.bwrap import (
     make_hidden_folders,
     sealed_folders,
     unseen,
+    within,
 )
 from oracle.proxies.decoy import Decoys
 from oracle.proxies.gate import GateError, login_gates
@@ -465,8 +466,7 @@ class CommandAgent:
 
 
 def _inside(path: Path, folders: Sequence[Path]) -> bool:
-    p = path.resolve()
-    return any(p == f.resolve() or f.resolve() in p.parents for f in folders)
+    return within(path.resolve(), [f.resolve() for f in folders])
 
 
 def _unseen_program(needs: ProgramFiles, policy: BwrapPolicy) -> str | None:

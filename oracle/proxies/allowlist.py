@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from oracle.proxies.bwrap import ALWAYS_PRIVATE, FRESH, system_folders
+from oracle.proxies.bwrap import ALWAYS_PRIVATE, FRESH, system_folders, within
 
 #: Folders whose parent is the installation of the programs in them.
 BIN_FOLDERS = frozenset({"bin", "sbin", "shims"})
@@ -73,12 +73,6 @@ def _homes() -> frozenset[Path]:
     return frozenset(homes)
 
 
-def _within(path: Path, folders: Sequence[Path]) -> bool:
-    """`path` is one of `folders` or inside one (by name: pathlib's parents are slow)."""
-    text = str(path)
-    return any(text == str(f) or text.startswith(str(f).rstrip("/") + "/") for f in folders)
-
-
 _KERNEL_AND_SERVICES = (Path("/run"), Path("/sys"), *FRESH)
 
 
@@ -87,7 +81,7 @@ def _broad(folder: Path) -> bool:
     under it, a home folder, ``/tmp`` itself, or one of the kernel's and services' folders."""
     if len(folder.parts) <= 2 or folder in ALWAYS_PRIVATE or folder in _homes():
         return True
-    return _within(folder, _KERNEL_AND_SERVICES)
+    return within(folder, _KERNEL_AND_SERVICES)
 
 
 def _regular(path: Path) -> bool:
@@ -105,15 +99,20 @@ def installation(folder: Path) -> Path:
     return folder
 
 
+@lru_cache(maxsize=1)
+def _system_shown() -> tuple[Path, ...]:
+    return (*system_folders(), *(p.resolve() for p in system_folders()))
+
+
 class _Found:
     """An ordered set of paths to bind, skipping what the system's folders already show."""
 
     def __init__(self) -> None:
         self.paths: dict[Path, None] = {}
-        self.system = [*system_folders(), *(p.resolve() for p in system_folders())]
+        self.system = _system_shown()
 
     def _shown(self, path: Path) -> bool:
-        return _within(path, self.system)
+        return within(path, self.system)
 
     def folder(self, folder: Path) -> bool:
         """Bind `folder` (as written and where it leads) unless it is too broad; True if
@@ -346,5 +345,5 @@ def _outermost(
     """`paths` without those inside another of them (shown through it already) or inside a
     hidden folder."""
     covers = [h.resolve() for h in hidden]
-    kept = [p for p in paths if not _within(p, covers)]
-    return tuple(p for p in kept if not any(q != p and _within(p, [q]) for q in kept))
+    kept = [p for p in paths if not within(p, covers)]
+    return tuple(p for p in kept if not any(q != p and within(p, [q]) for q in kept))

@@ -28,6 +28,7 @@ import os
 import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 #: Folders every sandbox replaces with an empty, private tmpfs. ``/run`` holds the host's
@@ -99,8 +100,11 @@ def bwrap_path() -> str:
     return path
 
 
-def _under(path: Path, folders: Sequence[Path]) -> bool:
-    return any(path == f or f in path.parents for f in folders)
+def within(path: Path, folders: Sequence[Path]) -> bool:
+    """`path` is one of `folders` or inside one, by name (pathlib's ``parents`` is slow, and
+    this runs for every rule of every sandbox)."""
+    text = str(path)
+    return any(text == str(f) or text.startswith(str(f).rstrip("/") + "/") for f in folders)
 
 
 def _places(path: Path) -> list[Path]:
@@ -109,9 +113,15 @@ def _places(path: Path) -> list[Path]:
     return [written] if written == real else [written, real]
 
 
+@lru_cache(maxsize=8)
+def _system_places(system: tuple[Path, ...]) -> tuple[Path, ...]:
+    """The system's folders as written and where their links lead, with /dev and /proc."""
+    return (*system, *FRESH, *(p.resolve() for p in system))
+
+
 def _binds(policy: BwrapPolicy) -> list[Path]:
     """Every folder or file the sandbox shows: the system's, bound back, writable."""
-    shown = [*policy.system, *FRESH, *(p.resolve() for p in policy.system)]
+    shown = _system_places(policy.system)
     return [*shown, *(q for b in (*policy.readable, *policy.writable) for q in _places(b))]
 
 
@@ -120,8 +130,8 @@ def _rule(path: Path, binds: Sequence[Path], covers: Sequence[Path]) -> tuple[bo
     ``(False, bind)`` for one that shows it — or None where nothing holds it. Mounts are made
     shallowest first, so the deepest decides (at one depth the cover, mounted after the
     bind)."""
-    rules = [(len(f.parts), True, f) for f in covers if _under(path, [f])]
-    rules += [(len(b.parts), False, b) for b in binds if _under(path, [b])]
+    rules = [(len(f.parts), True, f) for f in covers if within(path, [f])]
+    rules += [(len(b.parts), False, b) for b in binds if within(path, [b])]
     if not rules:
         return None
     _, is_cover, folder = max(rules, key=lambda r: (r[0], r[1]))
