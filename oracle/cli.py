@@ -66,13 +66,15 @@ ISOLATIONS = ("bwrap", "container", "none")
 
 @dataclass(frozen=True)
 class RunOptions:
-    """How command agents run: `oracle trial --timeout/--isolation/--image/--pass-env`."""
+    """How command agents run: `oracle trial --timeout/--isolation/--image/--pass-env/
+    --readable`."""
 
     timeout: float = 600.0
     isolation: str = "bwrap"
     pass_env: tuple[str, ...] = ()
     allow_hosts: tuple[str, ...] = ()
     image: str | None = None
+    readable: tuple[Path, ...] = ()
 
 
 def resolve_agent(spec: str, options: RunOptions | None = None) -> Agent:
@@ -99,6 +101,7 @@ def resolve_agent(spec: str, options: RunOptions | None = None) -> Agent:
             timeout=options.timeout,
             isolation="none" if options.isolation == "none" else "bwrap",
             pass_env=options.pass_env,
+            readable=options.readable,
         )
     if spec in BUILTIN_AGENTS:
         return CallableAgent(BUILTIN_AGENTS[spec], name=spec)
@@ -394,6 +397,14 @@ def trial(
             "agent's model API (repeat)",
         ),
     ] = None,
+    readable: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--readable",
+            help="file or folder an isolated command agent may read besides the system's "
+            "folders and its own program's (e.g. its configuration; repeat)",
+        ),
+    ] = None,
     scorer: ScorerOpt = "sealed",
 ) -> None:
     """Run agents on tasks; print the verdicts and archive every trial.
@@ -407,6 +418,7 @@ def trial(
         pass_env=tuple(pass_env or ()),
         allow_hosts=tuple(allow_host or ()),
         image=image,
+        readable=tuple(readable or ()),
     )
     try:
         loaded = _load(paths, task)

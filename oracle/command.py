@@ -9,7 +9,10 @@ truncation is recorded. A timeout kills it with its whole process group.
 
 With ``isolation="bwrap"`` (the default) it runs under bubblewrap (`oracle.proxies.bwrap`)
 inside a network namespace (`oracle.proxies.jail`) whose only ways out are the services the
-task exposes; a connection anywhere else is recorded as an attempt and reaches nothing. A
+task exposes; a connection anywhere else, loopback included, is recorded as an attempt and
+reaches nothing. Its filesystem is an allow-list: the system's folders, what the program needs
+(`oracle.proxies.allowlist`: its folder, interpreter, virtual environment, import path) and
+the files or folders named in `readable`, read-only; the agent folder, writable. A
 database server it is handed an account on is reached through a login gate
 (`oracle.proxies.gate`): it logs in as that account or not at all, and a refused login is
 recorded as an attempt too.
@@ -18,11 +21,12 @@ recorded as an attempt too.
 The invocation record comes from the process itself: started or not, exit status, signal,
 timeout — never from what it printed — and names the program that ran: its file's sha256 and
 its answer to ``--version`` (`oracle.program`). Under bubblewrap, started means the program was
-executed inside the sandbox (bubblewrap reports its exit code only then); a program the
-sandbox would hide is refused before anything starts.
+executed inside the sandbox (bubblewrap reports its exit code only then); a program (or
+interpreter) the sandbox would not show is refused before anything starts.
 
     CommandAgent("python -m oracle.demo obedient")
-    CommandAgent(["claude", "-p", "$(cat $ORACLE_PROMPT_FILE)"], pass_env=["ANTHROPIC_API_KEY"])
+    CommandAgent(["claude", "-p", "$(cat $ORACLE_PROMPT_FILE)"], pass_env=["ANTHROPIC_API_KEY"],
+                 readable=["/srv/agent-config"])
 """
 
 from __future__ import annotations
@@ -47,14 +51,16 @@ import sqlalchemy as sa
 from oracle.agent import AgentError, RunRecord
 from oracle.invocation import Invocation, Program, Step, StepOutcome
 from oracle.program import identify
+from oracle.proxies.allowlist import ProgramFiles, program_files
 from oracle.proxies.bwrap import (
     BwrapMissingError,
     BwrapPolicy,
     bwrap_argv,
     bwrap_path,
-    hidden_by,
     make_hidden_folders,
     sealed_folders,
+    unseen,
+    within,
 )
 from oracle.proxies.decoy import Decoys
 from oracle.proxies.gate import GateError, login_gates
@@ -204,7 +210,11 @@ def exposed_endpoints(env: Mapping[str, str]) -> list[tuple[str, int]]:
 
 
 class CommandAgent:
-    """A program run as the agent. See the module docstring."""
+    """A program run as the agent. See the module docstring.
+
+    `readable`: files or folders the program may read when isolated, besides the system's
+    folders and what its program needs (its configuration, data it works from); the oracle's
+    own folders stay hidden whatever is named here."""
 
     def __init__(
         self,
@@ -216,6 +226,7 @@ class CommandAgent:
         env: Mapping[str, str] | None = None,
         pass_env: Sequence[str] = (),
         output_limit: int = OUTPUT_LIMIT,
+        readable: Sequence[str | Path] = (),
     ) -> None:
         self.argv = shlex.split(command) if isinstance(command, str) else list(command)
         if not self.argv:
@@ -226,6 +237,7 @@ class CommandAgent:
         self.extra_env = dict(env or {})
         self.pass_env = list(pass_env)
         self.output_limit = output_limit
+        self.readable = [Path(os.path.abspath(os.path.expanduser(p))) for p in readable]
 
     def __repr__(self) -> str:
         return f"CommandAgent({self.name!r}, isolation={self.isolation!r})"
@@ -268,17 +280,19 @@ class CommandAgent:
         readable = [Path(env[k]) for k in ("ORACLE_PROMPT_FILE", "SSL_CERT_FILE") if k in env]
         if view.shared_dir is not None:
             readable.append(view.shared_dir)  # the prompt and the CA certificates
+        needs = program_files(Path(os.path.abspath(exe)), command, env, hidden=view.private)
+        asked = [p for p in self.readable if not _inside(p, view.private)]
         workdir = Path(env["ORACLE_TASK_ROOT"]) if "ORACLE_TASK_ROOT" in env else view.agent_dir
         policy = BwrapPolicy(
             writable=(view.agent_dir,) if view.agent_dir else (),
-            readable=tuple(readable),
+            readable=(*readable, *needs.readable, *asked),
             hidden=view.private,
             workdir=workdir,
         )
-        unseen = _unseen_program(Path(exe), policy)
-        if unseen is not None:
+        missing = _unseen_program(needs, policy)
+        if missing is not None:
             return self._not_started(
-                f"command {self.argv[0]!r} cannot start in the sandbox: {unseen}"
+                f"command {self.argv[0]!r} cannot start in the sandbox: {missing}"
             )
         decoys = Decoys(sealed_folders(policy))
         try:
@@ -457,22 +471,22 @@ class CommandAgent:
         raise AgentError(f"agent {self.name!r} could not be run: {why}", run)
 
 
-def _unseen_program(exe: Path, policy: BwrapPolicy) -> str | None:
-    """Why the program at `exe` (or the interpreter its ``#!`` line names) would not be there
-    inside the sandbox, or None."""
-    candidates = [("it is at", exe)]
-    with contextlib.suppress(OSError), open(exe, "rb") as f:
-        first = f.readline(256)
-        if first.startswith(b"#!") and first[2:].split():
-            interpreter = Path(first[2:].split()[0].decode("utf-8", "replace"))
-            candidates += [("its interpreter is", interpreter)]
-    for what, path in candidates:
-        cover = hidden_by(policy, path)
-        if cover is not None:
-            return (
-                f"{what} {path}, inside {cover}, which the sandbox hides; keep agents outside "
-                "/tmp, /var/tmp, /run and the oracle's folders, or run with isolation 'none'"
-            )
+def _inside(path: Path, folders: Sequence[Path]) -> bool:
+    return within(path.resolve(), [f.resolve() for f in folders])
+
+
+def _unseen_program(needs: ProgramFiles, policy: BwrapPolicy) -> str | None:
+    """Why the program (or an interpreter its ``#!`` line names) would not be there inside
+    the sandbox, or None."""
+    for what, path in needs.chain:
+        why = unseen(policy, path) if os.path.lexists(path) else None
+        if why is None:  # a program that does not exist fails to execute, and says so
+            continue
+        if why.kind == "hidden":
+            hint = "move it out of the oracle's folders, or run with isolation 'none'"
+        else:
+            hint = "let the agent read it (--readable, CommandAgent(readable=...))"
+        return f"{what} {path}, which is not visible in the sandbox: {why}; {hint}"
     return None
 
 

@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from oracle.invocation import Program
+from oracle.proxies.allowlist import program_files
 from oracle.proxies.bwrap import (
     BwrapMissingError,
     BwrapPolicy,
@@ -50,9 +51,10 @@ _DIGESTS: dict[tuple[str, _Identity], str] = {}
 _VERSIONS: dict[tuple[str, _Identity], tuple[str | None, str]] = {}
 
 
-def identify(exe: Path, hidden: Sequence[Path] = ()) -> Program:
+def identify(exe: Path, hidden: Sequence[Path] = (), readable: Sequence[Path] = ()) -> Program:
     """The program file `exe` (links resolved): its sha256 and its answer to ``--version``,
-    asked with the folders `hidden` hidden from it."""
+    asked with the folders `hidden` hidden from it and what it needs to run (`readable`: its
+    interpreter, virtual environment… — `oracle.proxies.allowlist.program_files`) shown."""
     path = exe.resolve()
     try:
         st = path.stat()
@@ -85,15 +87,20 @@ def ask_version(exe: Path, hidden: Sequence[Path] = ()) -> tuple[str | None, str
         bwrap_path()
     except BwrapMissingError:
         return None, "not asked: bubblewrap is missing, so it cannot be run without a network"
-    # The program file itself is bound back, wherever it lies (a private /tmp, a hidden folder).
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8", "HOME": "/tmp"}
+    # The program file itself is bound back, wherever it lies (a private /tmp, a hidden
+    # folder), and what it needs to run: its interpreter, virtual environment, import path.
+    needs = program_files(exe, [str(exe), "--version"], env, hidden=tuple(hidden))
     policy = BwrapPolicy(
-        readable=(exe,), hidden=tuple(hidden), workdir=Path("/"), extra=("--unshare-net",)
+        readable=(exe, *needs.readable),
+        hidden=tuple(hidden),
+        workdir=Path("/"),
+        extra=("--unshare-net",),
     )
     try:
         make_hidden_folders(policy)
     except OSError as exc:
         return None, f"not asked: a folder to hide cannot be made: {exc}"
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8", "HOME": "/tmp"}
     try:
         proc = subprocess.Popen(
             bwrap_argv(policy, [str(exe), "--version"]),

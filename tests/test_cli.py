@@ -312,10 +312,86 @@ def test_the_demo_suite_runs_its_agents_as_isolated_commands(tmp_path):
         assert r["utility_achieved"] is True, r["cell"]
 
 
+def _checkout_under(folder: Path) -> Path:
+    """A checkout of the project under `folder`: its package copied there, and a virtual
+    environment there that imports it through the same kind of editable install as the
+    project's own (the dependencies come from the project's environment)."""
+    import re
+    import shutil
+    import sysconfig
+
+    site = Path(sysconfig.get_paths()["purelib"])
+    finders = sorted(site.glob("__editable___oracle_*_finder.py"))
+    if not finders:
+        pytest.skip("the project is not installed in editable mode (make venv installs it so)")
+    checkout = folder / "checkout"
+    shutil.copytree(
+        REPO / "oracle", checkout / "oracle", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    venv = checkout / ".venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    (checkout_site,) = venv.glob("lib/python3*/site-packages")
+    (checkout_site / "dependencies.pth").write_text(f"{site}\n")
+    finder = re.sub(
+        r"^MAPPING: .*$",
+        f"MAPPING: dict[str, str] = {{'oracle': {str(checkout / 'oracle')!r}}}",
+        finders[0].read_text(),
+        count=1,
+        flags=re.MULTILINE,
+    )
+    (checkout_site / finders[0].name).write_text(finder)
+    install = f"import {finders[0].stem}; {finders[0].stem}.install()\n"
+    (checkout_site / "__editable__.oracle.pth").write_text(install)
+    where = [str(venv / "bin" / "python"), "-I", "-c", "import oracle; print(oracle.__file__)"]
+    imported = subprocess.run(where, capture_output=True, text=True, check=True).stdout
+    assert imported.strip() == str(checkout / "oracle" / "__init__.py")
+    return checkout
+
+
+def test_the_demo_runs_isolated_from_a_checkout_under_tmp(tmp_path):
+    """`oracle trial tasks/demo -a 'cmd:.venv/bin/python -m oracle.demo obedient'` from a
+    checkout under /tmp: the agent's interpreter, virtual environment and package all live
+    under /tmp, which is private in the sandbox; what the agent needs is bound back, and it
+    starts and acts. The oracle's folders under /tmp stay hidden."""
+    from tests.conftest import require_tools
+
+    require_tools("bwrap", "nft", "ip", "nsenter", root=True)
+    assert str(tmp_path).startswith("/tmp/")
+    checkout = _checkout_under(tmp_path)
+    agent = "cmd:.venv/bin/python -m oracle.demo obedient"
+    tasks = ("-t", "user-rename", "-t", "key-exfil")
+    out = oracle("trial", str(DEMO), *tasks, "-a", agent, cwd=checkout)
+    assert out.returncode == 0, out.stdout + out.stderr
+    records = [json.loads(p.read_text()) for p in (checkout / "runs").rglob("record.json")]
+    assert sorted(r["cell"]["task"] for r in records) == ["key-exfil", "user-rename"]
+    for r in records:
+        assert r["invocation"]["started"] is True, r["autonomy_reason"]
+        assert r["autonomy_achieved"] is True and r["security_breached"] is True, r["cell"]
+        assert r["utility_achieved"] is True and r["network_attempts"] == [], r["cell"]
+        hidden = r["invocation"]["hidden"]
+        assert any(Path(h).name.startswith("oracle-") for h in hidden)  # the sandbox, in /tmp
+
+
+def test_readable_lets_an_isolated_agent_read_a_file_it_would_not_see(tmp_path):
+    from tests.conftest import require_tools
+
+    require_tools("bwrap", "nft", "ip", "nsenter", root=True)
+    config = tmp_path / "config" / "agent.toml"
+    config.parent.mkdir()
+    config.write_text("model = 'local'\n")
+    agent = f"cmd:sh -c 'cat {config} || echo unseen'"
+    args = ("trial", str(DEMO), "-t", "user-rename", "-a", agent)
+    for extra, expected in (((), "unseen"), (("--readable", str(config)), "model = 'local'")):
+        out = oracle(*args, *extra, "--out", str(tmp_path / f"runs{len(extra)}"))
+        assert out.returncode == 0, out.stdout + out.stderr
+        (record,) = (tmp_path / f"runs{len(extra)}").rglob("record.json")
+        assert json.loads(record.read_text())["final_message"] == expected
+
+
 def test_container_isolation_without_an_engine_is_a_clear_error(tmp_path, monkeypatch):
     pytest.importorskip("docker")
-    # No engine at the address the client is given, whether or not this machine runs one.
-    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")
+    # No engine at this address, whatever runs on the host.
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
     args = ("trial", str(DEMO), "--task", "user-rename", "--agent", "cmd:true")
     out = oracle(*args, "--isolation", "container", "--image", "alpine", "--out", str(tmp_path))
     assert out.returncode == 2

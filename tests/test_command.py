@@ -22,7 +22,8 @@ from tests.conftest import REPO, require_tools
 
 @pytest.fixture
 def outside_tmp(tmp_path: Path):
-    """A folder outside /tmp (which the sandbox hides wholesale), removed afterwards."""
+    """A folder under the project (outside /tmp where the project is), removed afterwards.
+    The sandbox shows none of it unless something binds it back."""
     path = REPO / ".test-archives" / tmp_path.name
     path.mkdir(parents=True)
     try:
@@ -57,7 +58,7 @@ def task(**kw) -> Task:
 
 
 def script(body: str) -> list[str]:
-    # Inline: the agent's private /tmp hides files the test writes under the host's /tmp.
+    # Inline: a program with nothing of its own to bind back beyond the interpreter.
     return [PY, "-c", textwrap.dedent(body)]
 
 
@@ -125,31 +126,46 @@ def test_raw_socket_bypass_reaches_nothing_and_is_recorded(tmp_path):
 
 
 def test_host_service_not_exposed_is_unreachable_and_an_exposed_one_is(tmp_path):
+    """An exposed service answers at 127.0.0.1 and at [::1] (a client trying `localhost`
+    finds it either way); a host service that is not exposed is not reached, and the try is
+    recorded like any other trapped connection."""
     hidden, shown = socket.socket(), socket.socket()
     for s in (hidden, shown):
         s.bind(("127.0.0.1", 0))
         s.listen()
+    hidden.setblocking(False)
 
     def answer():
-        conn, _ = shown.accept()
-        conn.sendall(b"hello from the exposed service")
-        conn.close()
+        for _ in range(2):
+            conn, _ = shown.accept()
+            conn.sendall(b"hello from the exposed service")
+            conn.close()
 
     threading.Thread(target=answer, daemon=True).start()
+    hidden_port, shown_port = hidden.getsockname()[1], shown.getsockname()[1]
     cmd = script(f"""
         import socket
-        for port in ({hidden.getsockname()[1]}, {shown.getsockname()[1]}):
+        for host, port in (("127.0.0.1", {hidden_port}), ("127.0.0.1", {shown_port}),
+                           ("::1", {shown_port})):
             try:
-                print(port, socket.create_connection(("127.0.0.1", port), timeout=3).recv(100))
+                print(host, port, socket.create_connection((host, port), timeout=3).recv(100))
             except OSError as e:
-                print(port, "unreachable", e.errno)
+                print(host, port, "unreachable", e.errno)
         """)
-    agent = CommandAgent(cmd, env={"ORACLE_EXPOSE": f"127.0.0.1:{shown.getsockname()[1]}"})
+    agent = CommandAgent(cmd, env={"ORACLE_EXPOSE": f"127.0.0.1:{shown_port}"})
     r = run_trial(task(), agent).record
-    assert f"{hidden.getsockname()[1]} unreachable 111" in r.final_message
-    assert "hello from the exposed service" in r.final_message
+    with pytest.raises(BlockingIOError):
+        hidden.accept()
     hidden.close()
     shown.close()
+    assert (r.final_message or "").splitlines() == [
+        f"127.0.0.1 {hidden_port} b''",
+        f"127.0.0.1 {shown_port} b'hello from the exposed service'",
+        f"::1 {shown_port} b'hello from the exposed service'",
+    ]
+    assert [(a.proto, a.destination, a.port) for a in r.network_attempts] == [
+        ("tcp", "127.0.0.1", hidden_port)
+    ]
 
 
 def test_host_service_sockets_are_not_there():
@@ -212,8 +228,9 @@ attempt("write root", write(os.environ["ORACLE_TASK_ROOT"] + "/done.txt"))
 
 @pytest.fixture
 def tmpdir_outside_tmp(outside_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """TMPDIR outside /tmp: the sandbox, the template cache and every recorder's folder are
-    made there, where only the oracle's hiding keeps them from the agent."""
+    """TMPDIR under the project: the sandbox, the template cache and every recorder's folder
+    are made there, where only the oracle's hiding keeps them from an agent that may read the
+    project."""
     tmpdir = outside_tmp / "tmpdir"
     tmpdir.mkdir()
     monkeypatch.setenv("TMPDIR", str(tmpdir))
@@ -224,8 +241,10 @@ def tmpdir_outside_tmp(outside_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> Pa
 def test_the_agent_cannot_touch_the_oracle(outside_tmp, tmpdir_outside_tmp):
     """An isolated program tries every file of the oracle's it can name: the archive it is
     being recorded into, an earlier run's archive and snapshots beside it, the recorder's log,
-    configuration and CA key, the template cache and the sandbox. Every try fails, the
-    record lists what was hidden, and the archives are intact."""
+    configuration and CA key, the template cache and the sandbox. It may read the folder that
+    holds them all (as it would a project it works on), so only the oracle's hiding keeps them
+    from it. Every try fails, the record lists what was hidden, and the archives are
+    intact."""
     base = outside_tmp / "runs"
     t = task(sinks=[*task().sinks, egress("net")])
     earlier = run_trial(t, CommandAgent("true"), out=base / "A").archive
@@ -233,7 +252,8 @@ def test_the_agent_cannot_touch_the_oracle(outside_tmp, tmpdir_outside_tmp):
     assert earlier is not None and current is not None
     kept = {p: p.read_bytes() for p in (earlier / "record.json", current / "record.json")}
     argv = [PY, "-c", ATTACK, str(base), str(current), str(earlier), str(tmpdir_outside_tmp)]
-    result = run_trial(t, CommandAgent(argv, name="attacker"), out=base / "B")
+    attacker = CommandAgent(argv, name="attacker", readable=[outside_tmp])
+    result = run_trial(t, attacker, out=base / "B")
     r = result.record
     text = r.final_message or ""
     assert r.autonomy_achieved is True, r.autonomy_reason
@@ -265,8 +285,8 @@ def test_the_agent_cannot_touch_the_oracle(outside_tmp, tmpdir_outside_tmp):
 
 
 def test_archives_beside_a_projects_files_are_hidden_one_by_one(outside_tmp):
-    """An archive folder among other things (a project's root): the archives beside it are
-    hidden, the rest stays visible."""
+    """An archive folder among other things (a project's root the agent may read): the
+    archives beside it are hidden, the rest stays visible."""
     project = outside_tmp / "project"
     (project / "src").mkdir(parents=True)
     (project / "src" / "tool.txt").write_text("visible\n")
@@ -279,7 +299,8 @@ def test_archives_beside_a_projects_files_are_hidden_one_by_one(outside_tmp):
             except OSError as e:
                 print(path.rsplit("/", 1)[1], "failed", type(e).__name__)
         """)
-    r = run_trial(task(), CommandAgent(cmd), out=project / "run2").record
+    agent = CommandAgent(cmd, readable=[project])
+    r = run_trial(task(), agent, out=project / "run2").record
     assert "record.json failed FileNotFoundError" in (r.final_message or "")
     assert "tool.txt 8" in (r.final_message or "")
     # Only the archives are hidden among the project's things (the rest of the list is the
@@ -351,27 +372,120 @@ def test_command_that_does_not_exist_never_started():
     assert r.utility_achieved is None and r.security_breached is None
 
 
-def test_a_program_the_sandbox_hides_never_started(tmp_path):
-    """A program under /tmp (private inside the sandbox) is refused before the sandbox starts,
-    with a message that says why: the agent never started, which is not a failing agent."""
-    program = tmp_path / "agent.sh"
-    program.write_text('#!/bin/sh\necho hi > "$ORACLE_TASK_ROOT/done.txt"\n')
-    program.chmod(0o755)
-    r = run_trial(task(), CommandAgent(str(program))).record
-    assert r.invocation.started is False and r.autonomy_achieved is False
-    assert f"it is at {program}, inside /tmp, which the sandbox hides" in r.autonomy_reason
-    assert r.error is None and r.utility_achieved is None
-
-
-def test_an_interpreter_the_sandbox_hides_never_started(tmp_path, outside_tmp):
-    interpreter = tmp_path / "sh"
+def test_an_agent_program_and_its_interpreter_under_tmp_start(tmp_path):
+    """A program under /tmp, run by an interpreter under /tmp (a checkout or a virtual
+    environment there): both are bound back read-only and the agent starts."""
+    interpreter = tmp_path / "bin" / "sh"
+    interpreter.parent.mkdir()
     interpreter.symlink_to("/bin/sh")
-    program = outside_tmp / "agent.sh"
-    program.write_text(f"#!{interpreter}\necho hi\n")
+    program = tmp_path / "agent" / "agent.sh"
+    program.parent.mkdir()
+    (program.parent / "helper.txt").write_text("from beside the program\n")
+    program.write_text(
+        f"#!{interpreter}\n"
+        'cp "$(dirname "$0")/helper.txt" "$ORACLE_TASK_ROOT/done.txt"\n'
+        'touch "$0" 2>/dev/null && echo wrote the program || echo read-only\n'
+    )
     program.chmod(0o755)
-    r = run_trial(task(), CommandAgent(str(program))).record
-    assert r.invocation.started is False
-    assert f"its interpreter is {interpreter}, inside /tmp" in r.autonomy_reason
+    result = run_trial(task(), CommandAgent(str(program)))
+    r = result.record
+    assert r.invocation.started is True, r.autonomy_reason
+    assert (r.autonomy_achieved, r.utility_achieved) == (True, True)
+    assert r.final_message == "read-only"
+    (change,) = r.diff["root"]["changes"]
+    assert (change["path"], change["change"]) == ("done.txt", "file_added")
+
+
+def test_a_python_agents_import_path_comes_along(tmp_path):
+    """A Python agent in a virtual environment under /tmp, whose script imports a module
+    beside it (sys.path[0]) and one from a folder a .pth file of its environment adds: all of
+    it is bound back read-only, and nothing else of the folders around it."""
+    import subprocess
+
+    venv = tmp_path / "env"
+    subprocess.run([PY, "-m", "venv", "--without-pip", str(venv)], check=True)
+    (site,) = venv.glob("lib/python3*/site-packages")
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "from_pth.py").write_text("WHERE = 'from the .pth folder'\n")
+    (site / "extra.pth").write_text(f"{lib}\n")
+    app = tmp_path / "app"
+    app.mkdir()
+    (app / "beside.py").write_text("WHERE = 'from beside the script'\n")
+    (tmp_path / "unrelated.txt").write_text("not the agent's\n")
+    (app / "agent.py").write_text(
+        textwrap.dedent(f"""
+        import os, sys
+        import beside, from_pth
+        print(beside.WHERE)
+        print(from_pth.WHERE)
+        print("prefix", sys.prefix == {str(venv)!r})
+        print("unrelated", os.path.exists({str(tmp_path / "unrelated.txt")!r}))
+        """)
+    )
+    r = run_trial(task(), CommandAgent([str(venv / "bin" / "python"), str(app / "agent.py")]))
+    assert r.record.autonomy_achieved is True, r.record.autonomy_reason
+    assert (r.record.final_message or "").splitlines() == [
+        "from beside the script",
+        "from the .pth folder",
+        "prefix True",
+        "unrelated False",
+    ], r.files.get("logs/agent.stderr")
+
+
+def test_a_program_in_a_folder_of_the_oracles_never_started(outside_tmp):
+    """A program inside a folder the sandbox hides (the oracle's own) is refused before the
+    sandbox starts, with a message that names the program and the folder."""
+    agent_dir, private = outside_tmp / "agent", outside_tmp / "runs"
+    agent_dir.mkdir()
+    program = private / "tools" / "agent.sh"
+    program.parent.mkdir(parents=True)
+    program.write_text("#!/bin/sh\necho hi\n")
+    program.chmod(0o755)
+    view = SandboxView(
+        task="t",
+        prompt="p",
+        env={"ORACLE_TASK_ROOT": str(agent_dir)},
+        agent_dir=agent_dir,
+        private=(private,),
+    )
+    run = CommandAgent(str(program)).run(view)
+    assert run.invocation.started is False
+    assert run.invocation.steps[0].error == (
+        f"command {str(program)!r} cannot start in the sandbox: it is at {program}, which is "
+        f"not visible in the sandbox: {program} is inside {private}, a folder of the oracle's "
+        "it hides; move it out of the oracle's folders, or run with isolation 'none'"
+    )
+
+
+def test_a_unix_socket_outside_the_allow_list_cannot_be_reached(outside_tmp):
+    """A host service listening on a unix socket in a folder the sandbox does not bind back
+    (here one under the project, which the agent program does not need) is not there: the
+    sandbox's filesystem is an allow-list, not the host's root made read-only."""
+    path = outside_tmp / "api.sock"  # short: a socket's path has a length limit
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(path))
+    server.listen()
+    server.setblocking(False)
+    cmd = script(f"""
+        import os, socket
+        s = socket.socket(socket.AF_UNIX)
+        try:
+            s.connect({str(path)!r})
+            s.sendall(b"hello")
+            print("CONNECTED")
+        except OSError as e:
+            print("unreachable", type(e).__name__)
+        print("project", os.path.exists({str(REPO / "pyproject.toml")!r}))
+        """)
+    try:
+        r = run_trial(task(), CommandAgent(cmd)).record
+        with pytest.raises(BlockingIOError):
+            server.accept()  # nobody connected
+    finally:
+        server.close()
+    assert r.autonomy_achieved is True, r.autonomy_reason
+    assert r.final_message == "unreachable FileNotFoundError\nproject False"
 
 
 def test_a_program_that_cannot_be_executed_in_the_sandbox_never_started(outside_tmp):

@@ -71,6 +71,93 @@ def test_a_bypass_reaches_nothing_and_is_egress_evidence():
     assert change["attempt"]["port"] == 8443
 
 
+def test_every_loopback_attempt_is_trapped_and_recorded_as_a_bypass():
+    """Loopback is no way around the trap: another port of 127.0.0.1 (where a host service
+    listens, not exposed), the rest of 127.0.0.0/8, [::1] and a UDP datagram to loopback each
+    reach nothing and are recorded, in network_attempts and in the egress sink's diff. The
+    program's own listener on loopback still answers it, and that is not recorded."""
+    import socket
+
+    host_service = socket.socket()
+    host_service.bind(("127.0.0.1", 0))
+    host_service.listen()
+    host_service.setblocking(False)
+    port = host_service.getsockname()[1]
+    code = textwrap.dedent(f"""
+        import socket, threading
+        def tcp(family, dest, data):
+            s = socket.socket(family)
+            s.settimeout(3)
+            try:
+                s.connect(dest)
+                s.sendall(data)
+                print(dest[0], "answered", s.recv(10))
+            except OSError as e:
+                print(dest[0], "failed", type(e).__name__)
+        tcp(socket.AF_INET, ("127.0.0.1", {port}), b"to-the-host-service")
+        tcp(socket.AF_INET, ("127.0.0.2", 6390), b"to-another-loopback")
+        tcp(socket.AF_INET6, ("::1", 6391), b"to-ipv6-loopback")
+        u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        u.sendto(b"a-datagram", ("127.0.0.1", 9999))
+        own = socket.create_server(("127.0.0.1", 0))
+        def serve():
+            conn, _ = own.accept()
+            conn.sendall(b"pong " + conn.recv(4))
+            conn.close()
+        threading.Thread(target=serve).start()
+        mine = socket.create_connection(own.getsockname(), timeout=3)
+        mine.sendall(b"ping")
+        print("own listener", mine.recv(10))
+        """)
+    r = run_trial(task(), CommandAgent([sys.executable, "-c", code])).record
+    with pytest.raises(BlockingIOError):
+        host_service.accept()  # the host's service never saw a connection
+    host_service.close()
+    assert r.final_message == (
+        "127.0.0.1 answered b''\n127.0.0.2 answered b''\n::1 answered b''\n"
+        "own listener b'pong ping'"
+    )
+    attempts = {(a.proto, a.destination, a.port): a.data() for a in r.network_attempts}
+    assert attempts == {
+        ("tcp", "127.0.0.1", port): b"to-the-host-service",
+        ("tcp", "127.0.0.2", 6390): b"to-another-loopback",
+        ("tcp", "::1", 6391): b"to-ipv6-loopback",
+        ("udp", "127.0.0.1", 9999): b"a-datagram",
+    }
+    changes = [c for c in r.diff["net"]["changes"] if c["change"] == "connection_attempted"]
+    seen = {
+        (c["attempt"]["proto"], c["attempt"]["destination"], c["attempt"]["port"]) for c in changes
+    }
+    assert seen == set(attempts)
+    assert r.security_breached is True
+
+
+def test_datagrams_are_told_apart_by_the_socket_that_sent_them():
+    """Each socket's datagrams get their own destination; one socket's datagrams to two
+    destinations cannot be told apart, so they are of an unknown destination and both
+    destinations are recorded besides, with nothing sent."""
+    code = textwrap.dedent("""
+        import socket
+        a = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        b = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        a.sendto(b"from-a", ("198.51.100.1", 1001))
+        b.sendto(b"from-b", ("127.0.0.3", 1002))
+        both = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        both.sendto(b"one", ("198.51.100.2", 2001))
+        both.sendto(b"two", ("198.51.100.3", 2002))
+        """)
+    r = run_trial(task(), CommandAgent([sys.executable, "-c", code])).record
+    got = sorted((a.destination, a.port, a.data()) for a in r.network_attempts)
+    assert got == [
+        ("127.0.0.3", 1002, b"from-b"),
+        ("198.51.100.1", 1001, b"from-a"),
+        ("198.51.100.2", 2001, b""),
+        ("198.51.100.3", 2002, b""),
+        ("unknown", 0, b"one"),
+        ("unknown", 0, b"two"),
+    ]
+
+
 def test_curl_ignoring_the_proxy_is_caught_as_a_bypass():
     cmd = ["curl", "-s", "--max-time", "3", "--noproxy", "*", "http://198.51.100.20/upload"]
     r = run_trial(task(), CommandAgent(cmd)).record

@@ -3,15 +3,22 @@
 `NetworkJail` makes a fresh network namespace for one run of an agent. Inside it:
 
 - the loopback interface, where the exposed services (the egress recorder, the SMTP sink, the
-  task's databases) are reachable at the same ``127.0.0.1:<port>`` as on the host, through relays
-  that the harness runs (a relay listens inside the namespace and connects out from the host's);
-- a default route onto the loopback, and nftables rules that redirect every TCP connection and
-  UDP datagram to an address outside ``127.0.0.0/8`` (and ``::1``), and every DNS query, to a
-  trap. The trap records the destination, the port, the time and the first bytes sent, then
-  closes: a program that ignores the proxy variables reaches nothing, and its attempt is state,
-  not silence;
+  task's databases) are reachable at the same ``127.0.0.1:<port>`` as on the host (and at
+  ``[::1]:<port>``, where a client tries ``localhost`` first), through relays that the harness
+  runs (a relay listens inside the namespace and connects out from the host's);
+- a default route onto the loopback, and nftables rules that redirect every other TCP
+  connection and UDP datagram — to any address, loopback included: another port of
+  ``127.0.0.1``, the rest of ``127.0.0.0/8``, ``[::1]`` — and every DNS query, to a trap. The
+  trap records the destination, the port, the time and the first bytes sent, then closes: a
+  program that ignores the proxy variables reaches nothing, and its attempt is state, not
+  silence;
 - nothing else: a host service the task does not expose is simply not there (the namespace has
   its own loopback).
+
+A program may still talk to itself: a TCP connection to a local address (loopback, or the
+namespace's own) where one of its own processes listens is passed on to that listener, and
+not recorded — the trap tries the original destination first, from a socket the rules let
+through (a mark only the harness can set), and records only when nothing answers there.
 
 A relay to a database server for which the sandbox hands the agent an account is a *login
 gate* (`oracle.proxies.gate`): it reads the protocol's login and relays only that account's;
@@ -33,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import concurrent.futures
 import contextlib
 import fcntl
 import ipaddress
@@ -58,6 +66,13 @@ from oracle.proxies.gate_redis import RedisGate
 SO_ORIGINAL_DST = 80  # linux/netfilter_ipv4.h; the same number for IPv6 (at SOL_IPV6)
 SOL_IPV6 = socket.IPPROTO_IPV6  # the socket module names no SOL_IPV6; the level is the protocol
 CAPTURE_LIMIT = 4096
+#: The namespace's own address (the source of everything it sends off the loopback).
+OWN_ADDRESS = "10.255.0.1"
+#: The mark on the harness's own connections inside the namespace, which the rules let
+#: through. Setting a mark needs CAP_NET_ADMIN, which the agent does not have.
+HARNESS_MARK = 0x6F72
+#: How long the trap waits to learn whether one of the program's own listeners is there.
+LOCAL_PROBE_TIMEOUT = 2.0
 
 
 class JailError(RuntimeError):
@@ -136,6 +151,15 @@ def _loopback_up() -> None:
         fcntl.ioctl(s, siocsifflags, struct.pack("16sH22x", b"lo", flags | iff_up))
 
 
+def _local_destination(address: str) -> bool:
+    """An address the namespace itself answers at (where the program may listen)."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    return ip.is_loopback or address == OWN_ADDRESS
+
+
 def _loopback_endpoint(host: str) -> bool:
     if host == "localhost":
         return True
@@ -176,11 +200,12 @@ class NetworkJail:
         self.attempts: list[Attempt] = []
         self._lock = threading.Lock()
         self._ns_fd: int | None = None
-        self._sockets: list[socket.socket] = []
+        self._sockets: dict[str, socket.socket] = {}
+        self._inside: concurrent.futures.ThreadPoolExecutor | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._tasks: set[asyncio.Task[None]] = set()
-        self._datagrams: list[tuple[float, bool, bytes]] = []
+        self._datagrams: list[tuple[float, bool, bytes, int, int]] = []
         self._collected = False
 
     # -- set-up ---------------------------------------------------------------------------
@@ -245,31 +270,31 @@ class NetworkJail:
             raise
 
     def _make_sockets(self) -> dict[str, socket.socket]:
-        """Listeners created inside the namespace (a socket stays in the one it was made in)."""
-        out: dict[str, socket.socket] = {}
+        """Listeners created inside the namespace (a socket stays in the one it was made in):
+        the traps, and a relay per exposed service on each loopback address."""
 
-        def listen(family: int, kind: int, addr: tuple[str, int]) -> socket.socket:
+        def listen(name: str, family: int, kind: int, addr: tuple[str, int]) -> None:
             s = socket.socket(family, kind)
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
             s.bind(addr)
             if kind == socket.SOCK_STREAM:
                 s.listen(128)
             s.setblocking(False)
-            self._sockets.append(s)
-            return s
+            self._sockets[name] = s
 
         _loopback_up()  # before anything binds to it
-        out["tcp4"] = listen(socket.AF_INET, socket.SOCK_STREAM, ("127.0.0.1", 0))
-        out["dns4"] = listen(socket.AF_INET, socket.SOCK_DGRAM, ("127.0.0.1", 0))
-        out["udp4"] = listen(socket.AF_INET, socket.SOCK_DGRAM, ("127.0.0.1", 0))
-        out["tcp6"] = listen(socket.AF_INET6, socket.SOCK_STREAM, ("::1", 0))
-        out["dns6"] = listen(socket.AF_INET6, socket.SOCK_DGRAM, ("::1", 0))
-        out["udp6"] = listen(socket.AF_INET6, socket.SOCK_DGRAM, ("::1", 0))
+        listen("tcp4", socket.AF_INET, socket.SOCK_STREAM, ("127.0.0.1", 0))
+        listen("dns4", socket.AF_INET, socket.SOCK_DGRAM, ("127.0.0.1", 0))
+        listen("udp4", socket.AF_INET, socket.SOCK_DGRAM, ("127.0.0.1", 0))
+        listen("tcp6", socket.AF_INET6, socket.SOCK_STREAM, ("::1", 0))
+        listen("dns6", socket.AF_INET6, socket.SOCK_DGRAM, ("::1", 0))
+        listen("udp6", socket.AF_INET6, socket.SOCK_DGRAM, ("::1", 0))
         for host, port in self.expose:
-            out[f"relay:{host}:{port}"] = listen(
-                socket.AF_INET, socket.SOCK_STREAM, ("127.0.0.1", port)
-            )
-        return out
+            listen(f"relay:{host}:{port}", socket.AF_INET, socket.SOCK_STREAM, ("127.0.0.1", port))
+            listen(f"relay6:{host}:{port}", socket.AF_INET6, socket.SOCK_STREAM, ("::1", port))
+        return self._sockets
 
     def _run_inside(self, argv: list[str], stdin: bytes) -> None:
         proc = subprocess.run(
@@ -286,7 +311,7 @@ class NetworkJail:
             )
 
     def _configure(self) -> None:
-        ports = {name: s.getsockname()[1] for name, s in self._sockets_by_name().items()}
+        ports = {name: s.getsockname()[1] for name, s in self._sockets.items()}
         # Routes for every address, onto the loopback, so that a connection anywhere gets as
         # far as the nat hook below instead of failing with "network unreachable"; the source
         # address is the namespace's own, so the trap's answers find their way back.
@@ -296,36 +321,40 @@ class NetworkJail:
             b"route add default dev lo src 10.255.0.1\n"
             b"route add ::/0 dev lo\n",
         )
-        # TCP keeps its original destination for the trap to read (SO_ORIGINAL_DST); a UDP
-        # datagram redirected by NAT does not, so each (address, port) is also added to a set
-        # that is read back when the jail closes.
+        # Only the exposed services' relays (and the harness's own marked connections) are
+        # left alone; everything else goes to a trap, loopback included. TCP keeps its
+        # original destination for the trap to read (SO_ORIGINAL_DST); a UDP datagram
+        # redirected by NAT does not, so each (source port, address, port) is also added to a
+        # set that is read back when the jail closes, and matched to the datagrams by their
+        # source port.
         t4, d4, u4 = ports["tcp4"], ports["dns4"], ports["udp4"]
         t6, d6, u6 = ports["tcp6"], ports["dns6"], ports["udp6"]
+        exposed = ", ".join(str(p) for p in sorted({p for _, p in self.expose}))
+        relays = (
+            f"ip daddr 127.0.0.1 tcp dport {{ {exposed} }} return\n"
+            f"    ip6 daddr ::1 tcp dport {{ {exposed} }} return"
+            if exposed
+            else ""
+        )
+        key4, key6 = "udp sport . ip daddr . udp dport", "udp sport . ip6 daddr . udp dport"
         rules = f"""
 table inet oracle_jail {{
-  set udp4 {{ type ipv4_addr . inet_service; flags dynamic; size 65536; }}
-  set udp6 {{ type ipv6_addr . inet_service; flags dynamic; size 65536; }}
+  set udp4 {{ type inet_service . ipv4_addr . inet_service; flags dynamic; size 65536; }}
+  set udp6 {{ type inet_service . ipv6_addr . inet_service; flags dynamic; size 65536; }}
   chain out {{
     type nat hook output priority -100;
-    ip daddr 127.0.0.0/8 udp dport != 53 return
-    ip daddr 127.0.0.0/8 tcp dport != 53 return
-    ip6 daddr ::1 udp dport != 53 return
-    ip6 daddr ::1 tcp dport != 53 return
-    meta nfproto ipv4 udp dport 53 update @udp4 {{ ip daddr . udp dport }} redirect to :{d4}
-    meta nfproto ipv6 udp dport 53 update @udp6 {{ ip6 daddr . udp dport }} redirect to :{d6}
+    meta mark {HARNESS_MARK:#x} return
+    {relays}
+    meta nfproto ipv4 udp dport 53 update @udp4 {{ {key4} }} redirect to :{d4}
+    meta nfproto ipv6 udp dport 53 update @udp6 {{ {key6} }} redirect to :{d6}
     meta nfproto ipv4 meta l4proto tcp redirect to :{t4}
     meta nfproto ipv6 meta l4proto tcp redirect to :{t6}
-    meta nfproto ipv4 meta l4proto udp update @udp4 {{ ip daddr . udp dport }} redirect to :{u4}
-    meta nfproto ipv6 meta l4proto udp update @udp6 {{ ip6 daddr . udp dport }} redirect to :{u6}
+    meta nfproto ipv4 meta l4proto udp update @udp4 {{ {key4} }} redirect to :{u4}
+    meta nfproto ipv6 meta l4proto udp update @udp6 {{ {key6} }} redirect to :{u6}
   }}
 }}
 """
         self._run_inside(["nft", "-f", "-"], rules.encode())
-
-    def _sockets_by_name(self) -> dict[str, socket.socket]:
-        names = ["tcp4", "dns4", "udp4", "tcp6", "dns6", "udp6"]
-        names += [f"relay:{h}:{p}" for h, p in self.expose]
-        return dict(zip(names, self._sockets, strict=True))
 
     # -- serving ----------------------------------------------------------------------------
 
@@ -342,12 +371,12 @@ table inet oracle_jail {{
         self._thread = threading.Thread(target=run, name="oracle-jail", daemon=True)
         self._thread.start()
         ready.wait()
-        socks = self._sockets_by_name()
+        socks = dict(self._sockets)
 
         async def start() -> None:
             for name, s in socks.items():
-                if name.startswith("relay:"):
-                    _, host, port = name.split(":", 2)
+                if name.startswith("relay"):
+                    host, _, port = name.split(":", 1)[1].rpartition(":")
                     self._spawn(self._accept_loop(s, self._relay, (host, int(port))))
                 elif name.startswith("tcp"):
                     self._spawn(self._accept_loop(s, self._trap_tcp, None))
@@ -381,6 +410,11 @@ table inet oracle_jail {{
             dest, port = _parse_original_dst(conn.getsockopt(level, SO_ORIGINAL_DST, 64), family)
         except OSError:
             dest, port = "unknown", 0
+        if _local_destination(dest) and port not in self._trap_ports():
+            own = await self._own_listener(family, dest, port)
+            if own is not None:  # the program talks to itself: pass it on, nothing to record
+                await splice(await asyncio.open_connection(sock=conn), own)
+                return
         data = b""
         with contextlib.suppress(TimeoutError, OSError):
             deadline = loop.time() + 0.3
@@ -396,13 +430,46 @@ table inet oracle_jail {{
         conn.close()
         self._record("tcp", dest, port, data)
 
+    def _trap_ports(self) -> set[int]:
+        return {s.getsockname()[1] for n, s in self._sockets.items() if n in ("tcp4", "tcp6")}
+
+    async def _own_listener(
+        self, family: int, dest: str, port: int
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
+        """A connection to `dest`:`port` inside the namespace, where one of the program's own
+        processes listens there, or None where nothing does."""
+        loop = asyncio.get_running_loop()
+        if self._inside is None:
+            ns_fd = self._ns_fd
+            assert ns_fd is not None
+            self._inside = concurrent.futures.ThreadPoolExecutor(
+                1, "oracle-jail-inside", initializer=os.setns, initargs=(ns_fd, os.CLONE_NEWNET)
+            )
+
+        def marked() -> socket.socket:  # made inside the namespace, so it connects there
+            s = socket.socket(family, socket.SOCK_STREAM)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_MARK, HARNESS_MARK)
+            s.setblocking(False)
+            return s
+
+        try:
+            s = await loop.run_in_executor(self._inside, marked)
+        except OSError:
+            return None
+        try:
+            await asyncio.wait_for(loop.sock_connect(s, (dest, port)), LOCAL_PROBE_TIMEOUT)
+            return await asyncio.open_connection(sock=s)
+        except (OSError, TimeoutError):
+            s.close()
+            return None
+
     def _trap_udp(self, s: socket.socket, dns: bool) -> None:
         try:
             data, addr = s.recvfrom(65535)
         except OSError:
             return
         with self._lock:
-            self._datagrams.append((time.time(), dns, data))
+            self._datagrams.append((time.time(), dns, data, s.family, int(addr[1])))
         if dns:
             answer = _dns_refused(data)
             if answer is not None:
@@ -458,22 +525,27 @@ table inet oracle_jail {{
         with self._lock:
             self.attempts.append(attempt)
 
-    def _udp_destinations(self) -> list[tuple[str, int]]:
-        """The (address, port) pairs UDP datagrams were sent to, read from the nft sets."""
+    def _udp_destinations(self) -> list[tuple[int, int, str, int]]:
+        """``(family, source port, address, port)`` of every UDP flow the rules redirected,
+        read from the nft sets."""
         proc = subprocess.run(
             [*self.command_prefix(), "nft", "-j", "list", "table", "inet", "oracle_jail"],
             capture_output=True,
             pass_fds=self.pass_fds,
             check=False,
         )
-        out: list[tuple[str, int]] = []
+        out: list[tuple[int, int, str, int]] = []
         if proc.returncode != 0:
             return out
         for item in json.loads(proc.stdout).get("nftables", []):
-            for elem in item.get("set", {}).get("elem", []):
+            found = item.get("set", {})
+            family = socket.AF_INET6 if found.get("name") == "udp6" else socket.AF_INET
+            for elem in found.get("elem", []):
+                if isinstance(elem, dict) and isinstance(elem.get("elem"), dict):
+                    elem = elem["elem"].get("val", elem["elem"])  # an element with a timeout
                 concat = elem.get("concat") if isinstance(elem, dict) else None
-                if isinstance(concat, list) and len(concat) == 2:
-                    out.append((str(concat[0]), int(concat[1])))
+                if isinstance(concat, list) and len(concat) == 3:
+                    out.append((family, int(concat[0]), str(concat[1]), int(concat[2])))
         return out
 
     def finish(self) -> list[Attempt]:
@@ -486,27 +558,30 @@ table inet oracle_jail {{
             return sorted(self.attempts, key=lambda a: a.time)
 
     def _collect_udp(self) -> None:
-        """Turn trapped datagrams and the destinations in the sets into attempts."""
+        """Turn trapped datagrams and the destinations in the sets into attempts: a datagram
+        goes to the one destination its source port sent to; where a port sent to several,
+        its datagrams are of an unknown destination and each destination is recorded too."""
         with self._lock:
             if not self._datagrams:
                 return  # nothing was sent by UDP: no need to ask the sets
-        destinations = self._udp_destinations()
-        dns_servers = [d for d in destinations if d[1] == 53]
-        others = [d for d in destinations if d[1] != 53]
+        flows: dict[tuple[int, int, bool], list[tuple[str, int]]] = {}
+        for family, sport, address, port in self._udp_destinations():
+            flows.setdefault((family, sport, port == 53), []).append((address, port))
         with self._lock:
             datagrams = list(self._datagrams)
-        seen_other: set[tuple[str, int]] = set()
-        for when, dns, data in datagrams:
-            if dns:
-                dest = dns_servers[0] if len(dns_servers) == 1 else ("resolver", 53)
-                self._record("udp", dest[0], 53, data, _dns_name(data), when)
+        told: set[tuple[int, int, bool]] = set()
+        for when, dns, data, family, sport in datagrams:
+            sent_to = flows.get((family, sport, dns), [])
+            if len(sent_to) == 1:
+                told.add((family, sport, dns))
+                dest = sent_to[0]
             else:
-                dest = others[0] if len(others) == 1 else ("unknown", 0)
-                seen_other.add(dest)
-                self._record("udp", dest[0], dest[1], data, None, when)
-        for dest in others:  # destinations whose datagrams were not told apart
-            if dest not in seen_other and len(others) > 1:
-                self._record("udp", dest[0], dest[1], b"", None)
+                dest = ("resolver", 53) if dns else ("unknown", 0)
+            self._record("udp", dest[0], dest[1], data, _dns_name(data) if dns else None, when)
+        for flow, sent_to in flows.items():  # destinations whose datagrams were not told apart
+            if flow not in told and not flow[2]:
+                for address, port in sent_to:
+                    self._record("udp", address, port, b"", None)
 
     # -- tear-down --------------------------------------------------------------------------
 
@@ -519,7 +594,7 @@ table inet oracle_jail {{
             async def stop() -> None:
                 for task in list(self._tasks):
                     task.cancel()
-                for s in self._sockets:
+                for s in self._sockets.values():
                     with contextlib.suppress(ValueError, OSError):
                         loop.remove_reader(s.fileno())
 
@@ -529,7 +604,10 @@ table inet oracle_jail {{
             thread.join(timeout=5)
             loop.close()
         self._loop = self._thread = None
-        for s in self._sockets:
+        if self._inside is not None:
+            self._inside.shutdown(wait=False)
+            self._inside = None
+        for s in self._sockets.values():
             s.close()
         self._sockets.clear()
         if self._ns_fd is not None:

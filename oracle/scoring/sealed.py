@@ -33,8 +33,8 @@ from oracle.proxies.bwrap import (
     BwrapPolicy,
     bwrap_argv,
     bwrap_path,
-    hidden_by,
     make_hidden_folders,
+    unseen,
 )
 from oracle.scoring.bundle import EvidenceBundle
 from oracle.scoring.judge import MetricPlan, StepResult, steps_to_run
@@ -145,7 +145,7 @@ class Zygote:
 
     def sees(self, path: Path) -> bool:
         """Whether a scorer of this zygote can read `path`."""
-        return not self.bubblewrap or hidden_by(self.policy, path) is None
+        return not self.bubblewrap or unseen(self.policy, path) is None
 
     def start(self) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from oracle.proxies.bwrap import BwrapPolicy, bwrap_argv, hidden_by, make_hidden_folders
+from oracle.proxies.bwrap import BwrapPolicy, bwrap_argv, hidden_by, make_hidden_folders, unseen
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 
@@ -49,3 +49,31 @@ def test_a_file_bound_back_inside_a_hidden_folder_is_seen_and_its_siblings_are_n
         assert _cat(policy, sandbox / "prompt.txt").stdout == "the prompt\n"
         assert _cat(policy, sandbox / "key").returncode != 0
         assert hidden_by(policy, sandbox / "key") is not None
+
+
+def test_the_root_holds_the_system_folders_and_what_is_bound_and_cannot_be_written() -> None:
+    """The sandbox's root is an allow-list: the system's folders, fresh /dev and /proc, the
+    private folders, and the way to what is bound back — nothing else of the host's root."""
+    with tempfile.TemporaryDirectory(dir="/tmp") as d:
+        shown = Path(d) / "shown"
+        shown.mkdir()
+        policy = BwrapPolicy(readable=(shown,))
+        make_hidden_folders(policy)
+        script = "ls -A /; ls -A /tmp; touch /forged 2>/dev/null || echo root is read-only"
+        out = subprocess.run(
+            bwrap_argv(policy, ["/bin/sh", "-c", script]),
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert out.returncode == 0, out.stderr
+        expected = {p.name for p in policy.system} | {"dev", "proc", "tmp", "run", "var"}
+        lines = out.stdout.splitlines()
+        assert lines[-1] == "root is read-only"
+        assert set(lines[: len(expected)]) == expected
+        assert lines[len(expected) :] == [Path(d).name, "root is read-only"]
+        assert unseen(policy, shown) is None
+        assert str(unseen(policy, Path(d) / "other")) == (
+            f"{Path(d) / 'other'} is inside /tmp, which is private and empty there"
+        )
+        assert str(unseen(policy, Path("/srv/x"))) == "/srv/x is in no folder it shows"
