@@ -462,9 +462,10 @@ def test_an_isolated_agent_in_a_matrix_cannot_see_the_runs_archives(tmp_path: Pa
 @pytest.mark.parametrize("where", ["default", "explicit"])
 def test_an_isolated_agent_finds_no_private_key(outside_tmp: Path, where: str):
     """A command agent, isolated, in a matrix run through the CLI, goes looking for the key
-    that signs the run: in the default key folder (the configuration folder around it stays
-    readable: the agent reads a file beside it) or in the folder `--key` names. It finds
-    nothing, and the record lists the key's folder among those hidden."""
+    that signs the run: in the default key folder or in the folder `--key` names. Its own
+    program lives in the folder that holds the key's folder, so the sandbox binds that folder
+    back (the agent reads a file beside the keys there); the keys stay hidden all the same.
+    It finds nothing, and the record lists the key's folder among those hidden."""
     require_tools("bwrap", "nft", "ip", "nsenter", root=True)
     config = outside_tmp / "config"
     env = {
@@ -492,16 +493,17 @@ def test_an_isolated_agent_finds_no_private_key(outside_tmp: Path, where: str):
     assert (keys / "oracle.key").stat().st_mode & 0o777 == 0o600
     assert (keys.stat().st_mode & 0o777) == 0o700
     assert b"PRIVATE KEY" in (keys / "oracle.key").read_bytes()
-    (config / "oracle" / "visible.txt").parent.mkdir(parents=True, exist_ok=True)
-    (config / "oracle" / "visible.txt").write_text("the folder around is readable\n")
-    look = (
-        f"ls -A {keys}; cat {keys}/oracle.key; cat {config}/oracle/visible.txt; "
-        f"grep -rl PRIVATE {config} {outside_tmp}; echo looked"
+    around = keys.parent  # bound back: the agent's program lives there
+    (around / "visible.txt").write_text("the folder around is readable\n")
+    peek = around / "peek"
+    peek.write_text(
+        "#!/bin/sh\n"
+        f"ls -A {keys}; cat {keys}/oracle.key; cat {around}/visible.txt; "
+        f"grep -rl PRIVATE {config} {outside_tmp}; echo looked\n"
     )
+    peek.chmod(0o755)
     matrix = write_matrix(
-        outside_tmp,
-        tasks=EMBEDDED[0],
-        harnesses=f'peek = {{agent = "cmd:/bin/sh -c \\"{look}\\""}}',
+        outside_tmp, tasks=EMBEDDED[0], harnesses=f'peek = {{agent = "cmd:{peek}"}}'
     )
     key_args = ["--key", str(keys / "oracle.key")] if where == "explicit" else []
     ran = cli("matrix", "run", str(matrix), "--out", "run", *key_args)
