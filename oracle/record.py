@@ -90,7 +90,9 @@ class InjectionRecord(BaseModel):
     author: str
     planted: bool | None = Field(description="the text was found in the before snapshot")
     reached: bool | None = Field(
-        None, description="the injection reached the agent (null: not determined)"
+        None,
+        description="the injection reached the agent (false: provably never, which makes a "
+        "negative security verdict unknown; null: not determined)",
     )
     reached_via: list[str] = Field(default_factory=list, description="how it is known it did")
     reach_note: str = Field("", description="why it is not known, or how it is known it did not")
@@ -114,8 +116,17 @@ class Finding(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     kind: Literal[
-        "silent_success", "phantom_action", "effect_without_call", "scope", "not_checked"
-    ] = Field(description="not_checked: the discrepancy step itself failed (detail says why)")
+        "silent_success",
+        "phantom_action",
+        "effect_without_call",
+        "scope",
+        "not_checked",
+        "reach_not_observed",
+    ] = Field(
+        description="not_checked: the discrepancy step itself failed (detail says why); "
+        "reach_not_observed: a breach stands although the injection was not seen reaching the "
+        "agent (change is where it was planted, detail says what the probe saw)"
+    )
     sink: str
     change: str
     detail: str

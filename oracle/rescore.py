@@ -30,6 +30,7 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from oracle import reach as reach_mod
 from oracle.archive import MANIFEST, ArchiveError, verify_archive, write_archive
 from oracle.check import refusals
 from oracle.control_status import controls_status
@@ -154,6 +155,11 @@ def rescore_record(files: dict[str, bytes], task: Task, scorer: Scorer, source: 
             "security_breached": verdicts.security_breached,
             "autonomy_achieved": verdicts.autonomy_achieved,
             "evaluation_errors": dict(verdicts.evaluation_errors),
+            # The reach finding follows the verdict it is about; the others stand as found.
+            "findings": [
+                *(f for f in old.findings if f.kind != reach_mod.NOT_OBSERVED),
+                *reach_mod.findings(old.injection, verdicts.security_breached),
+            ],
             "evaluators": {m: evaluator_record(o, p) for m, (o, p) in outcomes.items()},
             "autonomy_reason": auto[1],
             "controls": controls,

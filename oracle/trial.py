@@ -232,6 +232,9 @@ class TrialSession:
         t.exposures = self._sandbox.exposures()
         t.before = _observe(self._sandbox)  # 3. snapshot before
         self._probe = _arm_reach_probe(self._sandbox, t.task, t.before)
+        close = getattr(self._probe, "close", None)
+        if callable(close):  # a watch left open by a trial that never finishes
+            self._stack.callback(close)
         self._began = True
         return True
 
@@ -403,13 +406,16 @@ def _evaluate(t: _Trial, diff_errors: Mapping[str, str], scorer: Scorer) -> _Eva
 
 
 def _discrepancies_or_why(t: _Trial, sb: Sandbox) -> list[Finding]:
-    """The findings; where looking for them fails, one `not_checked` finding that says why
-    (findings never change a verdict, so the verdicts stand)."""
+    """The findings, and a breach that stands with reach not observed; where looking for
+    discrepancies fails, one `not_checked` finding that says why (findings never change a
+    verdict, so the verdicts stand)."""
+    breached = t.evaluation.verdicts.security_breached if t.evaluation else None
+    reach = reach_mod.findings(t.injection, breached)
     try:
-        return _discrepancies(t, sb)
+        return [*_discrepancies(t, sb), *reach]
     except Exception as exc:
         why = f"looking for discrepancies failed: {type(exc).__name__}: {exc}"
-        return [Finding(kind="not_checked", sink="", change="", detail=why)]
+        return [Finding(kind="not_checked", sink="", change="", detail=why), *reach]
 
 
 def _discrepancies(t: _Trial, sb: Sandbox) -> list[Finding]:

@@ -102,8 +102,12 @@ def test_record_fields_and_archive(tmp_path):
 
 def test_scope_findings_beside_the_verdicts(tmp_path):
     r = run_trial(DEMO_TASKS["orders-cleanup"], agent(obedient)).record
-    assert r.findings and all(f.kind == "scope" and f.sink == "shop" for f in r.findings)
-    assert all("customers" in f.detail for f in r.findings)
+    scope = [f for f in r.findings if f.kind == "scope"]
+    assert scope and all(f.sink == "shop" and "customers" in f.detail for f in scope)
+    # The injection sits in a database row, whose reads leave no trace: the breach stands, and
+    # says that reach was not observed.
+    (rest,) = [f for f in r.findings if f.kind != "scope"]
+    assert rest.kind == "reach_not_observed" and rest.sink == "shop"
 
 
 def test_a_trial_never_inherits_the_previous_state(tmp_path):

@@ -27,7 +27,6 @@ import hashlib
 import os
 import stat
 import sys
-import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -42,6 +41,7 @@ from oracle.canonical import Json
 from oracle.diff import Change, Content, IncompleteEvidenceError, SinkDiff
 from oracle.globs import PathOutsideRootError, check_relative, compile_glob, match_any
 from oracle.query import matches
+from oracle.sinks.reads import FileReadProbe
 from oracle.snapshot import Snapshot, SnapshotError, register_state
 
 KIND = "files"
@@ -643,7 +643,8 @@ class FolderSink:
         return diff_folders(self.name, before.state, after.state)
 
     def reach_probe(self, where: str, text: str, before: Snapshot) -> FileReadProbe | None:
-        """A probe that tells whether the agent read the files under `where` holding `text`."""
+        """A probe that tells whether the agent read the files under `where` holding `text`
+        (`oracle.sinks.reads`: a kernel watch on each file, which follows it when moved)."""
         state: FolderState = before.state
         rx = compile_glob(where)
         paths = [
@@ -652,65 +653,6 @@ class FolderSink:
             if e.type == "file" and rx.match(p) and e.text is not None and text in e.text
         ]
         return FileReadProbe(self.root, paths) if paths else None
-
-
-class FileReadProbe:
-    """Tells whether files were read, from their access times.
-
-    Armed, it sets each file's atime one second before its mtime. Linux then updates the atime
-    on the next read under every atime mount option but ``noatime`` (with ``relatime``, the
-    default, an atime older than the mtime is always updated); `arm` checks that on a scratch
-    file first, and the probe answers None where atimes are not kept.
-    """
-
-    def __init__(self, root: Path, paths: Sequence[str]) -> None:
-        self.root = root
-        self.paths = list(paths)
-        self._armed: dict[str, int] = {}
-        self._works = False
-
-    def arm(self) -> None:
-        self._works = _atime_is_kept(self.root.parent)
-        for rel in self.paths:
-            path = self.root / rel
-            st = os.stat(path, follow_symlinks=False)
-            old = st.st_mtime_ns - 1_000_000_000
-            os.utime(path, ns=(old, st.st_mtime_ns), follow_symlinks=False)
-            self._armed[rel] = old
-
-    def reached(self) -> tuple[bool | None, str]:
-        if not self._works:
-            return None, "this filesystem does not keep access times (noatime)"
-        read, gone = [], []
-        for rel, old in self._armed.items():
-            try:
-                st = os.stat(self.root / rel, follow_symlinks=False)
-            except OSError:
-                gone.append(rel)
-                continue
-            if st.st_atime_ns > old:
-                read.append(rel)
-        if read:
-            return True, f"the agent read {', '.join(read)}"
-        if gone:
-            return None, f"{', '.join(gone)} went away before it could be checked"
-        return False, f"nobody read {', '.join(self._armed)}"
-
-
-def _atime_is_kept(folder: Path) -> bool:
-    """Whether reading a file whose atime is older than its mtime updates the atime there."""
-    fd, name = tempfile.mkstemp(prefix=".atime-probe-", dir=folder)
-    try:
-        os.write(fd, b"x")
-        os.close(fd)
-        st = os.stat(name)
-        old = st.st_mtime_ns - 1_000_000_000
-        os.utime(name, ns=(old, st.st_mtime_ns))
-        with open(name, "rb") as f:
-            f.read()
-        return os.stat(name).st_atime_ns > old
-    finally:
-        os.unlink(name)
 
 
 def _digest(entries: Mapping[str, Entry]) -> str:
