@@ -11,6 +11,11 @@ change and no program can set it back; to close the window where a change lands 
 clock tick as the read, each snapshot waits until the clock has moved past the newest ctime it
 saw (at most one tick, a few milliseconds).
 
+The diff names each path added, removed or modified, and recognises a move: a path gone and a
+path new that hold the same thing (the same inode with the same content, or the same content
+alone for a non-empty file or a link) are one `FileMoved`. Queries about paths still see both
+of its paths, so a predicate asking what was added under ``public/`` sees a file moved there.
+
 Example::
 
     sink = FolderSink("root", "/tmp/task", exclude=["cache/**"])
@@ -29,7 +34,7 @@ import stat
 import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, ClassVar, Literal, NotRequired, TypedDict
@@ -65,6 +70,10 @@ class Entry:
     text: str | None = None
     #: The bytes of a small file that is not UTF-8 text (kept for searches such as the canary).
     data: bytes | None = None
+    #: (device, inode) as the snapshot saw it: what lets the diff follow a path that moved.
+    #: Not part of the state (not archived, not in the digest): a reset copies the template,
+    #: so identical runs have different inodes. None in a state read back from an archive.
+    inode: tuple[int, int] | None = field(default=None, compare=False, repr=False)
 
     def to_json(self) -> dict[str, Json]:
         out: dict[str, Json] = {
@@ -301,6 +310,56 @@ class FileModified(Change):
         return _unseen(self.path, self.new) if self.content_changed else None
 
 
+class FileMoved(Change):
+    """A path that went away and another that appeared holding the same thing: a rename or a
+    move inside the root (``mv``, ``os.rename``, a hard link then an unlink, a copy then a
+    delete). ``path`` and ``entry`` are where it is now and what it is there (as in
+    `FileAdded`); ``old_path`` and ``old_entry`` where it was (as in `FileRemoved`). Its
+    content is the same at both paths; its mode or owner may have changed on the way.
+
+    A move brings its content to a new path: the canary search counts that content as new
+    there. Scopes judge both paths (`targets`)."""
+
+    change: Literal["file_moved"] = "file_moved"
+    path: str
+    old_path: str
+    entry: dict[str, Any]
+    old_entry: dict[str, Any]
+
+    def summary(self) -> str:
+        was = []
+        if self.old_entry.get("mode") != self.entry.get("mode"):
+            was.append(f"mode was {self.old_entry['mode']:o}")
+        if (self.old_entry.get("uid"), self.old_entry.get("gid")) != (
+            self.entry.get("uid"),
+            self.entry.get("gid"),
+        ):
+            was.append(f"owner was {self.old_entry.get('uid')}:{self.old_entry.get('gid')}")
+        extra = "; " + ", ".join(was) if was else ""
+        return f"moved     {self.old_path} → {self.path} ({_describe(self.entry)}{extra})"
+
+    def targets(self) -> list[str]:
+        """Both paths, where it was first."""
+        return [self.old_path, self.path]
+
+    def texts(self) -> Iterator[str]:
+        return self.as_added().texts()
+
+    def contents(self) -> Iterator[Content]:
+        yield from _entry_contents(self.entry, None)
+
+    def unseen(self) -> str | None:
+        return _unseen(self.path, self.entry)
+
+    def as_added(self) -> FileAdded:
+        """The new path, as the addition it is to anyone asking about paths."""
+        return FileAdded(path=self.path, entry=dict(self.entry))
+
+    def as_removed(self) -> FileRemoved:
+        """The old path, as the removal it is to anyone asking about paths."""
+        return FileRemoved(path=self.old_path, entry=dict(self.old_entry))
+
+
 def _unseen(path: str, entry: Mapping[str, Any]) -> str | None:
     if entry.get("type") != "file" or "text" in entry or "data" in entry:
         return None
@@ -346,26 +405,40 @@ class FileDiff(SinkDiff):
         d.added("public/**")                       # anything new under public/
         d.modified("config/*.toml")                # config files changed
         d.changed("**", mode=lambda m: m & 0o004)  # anything now readable by others
+        d.moved("public/**", source="secrets/**")  # moved from secrets/ into public/
+
+    The diff holds a move as one change (`FileMoved`), but the path queries (`added`,
+    `removed`, `modified`, `changed`, `paths`) answer about paths: to them a move is its new
+    path added and its old path removed, each returned as the `FileAdded` and `FileRemoved`
+    it would be without the move. So ``added("public/**")`` sees a file moved into public/
+    exactly as one written there, and no predicate asking about paths misses a move; `moved`
+    asks about the moves themselves.
     """
 
     kind: ClassVar[str] = "files"
 
+    def __init__(self, sink: str, changes: Sequence[Change]) -> None:
+        super().__init__(sink, changes)
+        self._by_path = _by_path(self.changes)
+
     def added(self, glob: str = "**", **where: Any) -> list[FileAdded]:
-        """Paths added under `glob` whose new entry matches `where`."""
+        """Paths added under `glob` whose new entry matches `where` (the new path of a move
+        included)."""
         rx = compile_glob(glob)
         return [
             c
-            for c in self.of_type(FileAdded)
-            if rx.match(c.path) and _entry_matches(c.entry, where)
+            for c in self._by_path
+            if isinstance(c, FileAdded) and rx.match(c.path) and _entry_matches(c.entry, where)
         ]
 
     def removed(self, glob: str = "**", **where: Any) -> list[FileRemoved]:
-        """Paths removed under `glob` whose old entry matches `where`."""
+        """Paths removed under `glob` whose old entry matches `where` (the old path of a move
+        included)."""
         rx = compile_glob(glob)
         return [
             c
-            for c in self.of_type(FileRemoved)
-            if rx.match(c.path) and _entry_matches(c.entry, where)
+            for c in self._by_path
+            if isinstance(c, FileRemoved) and rx.match(c.path) and _entry_matches(c.entry, where)
         ]
 
     def modified(self, glob: str = "**", **where: Any) -> list[FileModified]:
@@ -377,12 +450,22 @@ class FileDiff(SinkDiff):
             if rx.match(c.path) and _entry_matches(c.new, where)
         ]
 
+    def moved(self, glob: str = "**", *, source: str = "**", **where: Any) -> list[FileMoved]:
+        """Moves to a path under `glob` from a path under `source`, whose new entry matches
+        `where`."""
+        rx, src = compile_glob(glob), compile_glob(source)
+        return [
+            c
+            for c in self.of_type(FileMoved)
+            if rx.match(c.path) and src.match(c.old_path) and _entry_matches(c.entry, where)
+        ]
+
     def changed(self, glob: str = "**", **where: Any) -> list[Change]:
         """Paths added or modified under `glob` whose new entry matches `where`, and paths
-        removed whose old entry does."""
+        removed whose old entry does (a move is both)."""
         out: list[Change] = []
         rx = compile_glob(glob)
-        for c in self.changes:
+        for c in self._by_path:
             path = getattr(c, "path", "")
             if not rx.match(path):
                 continue
@@ -392,8 +475,21 @@ class FileDiff(SinkDiff):
         return out
 
     def paths(self) -> list[str]:
-        """Every changed path, in order."""
-        return [getattr(c, "path", "") for c in self.changes]
+        """Every changed path, in order (both paths of a move)."""
+        return [getattr(c, "path", "") for c in self._by_path]
+
+
+def _by_path(changes: Sequence[Change]) -> tuple[Change, ...]:
+    """The changes as the path queries see them: each move as a removal and an addition."""
+    if not any(isinstance(c, FileMoved) for c in changes):
+        return tuple(changes)
+    out: list[Change] = []
+    for c in changes:
+        if isinstance(c, FileMoved):
+            out += (c.as_removed(), c.as_added())
+        else:
+            out.append(c)
+    return tuple(sorted(out, key=lambda c: str(getattr(c, "path", ""))))
 
 
 _ENTRY_FIELDS = {
@@ -433,15 +529,31 @@ def _unified(path: str, old: str, new: str) -> str:
 
 
 def diff_folders(sink: str, before: FolderState, after: FolderState) -> FileDiff:
-    """Added, removed and modified paths, in path order."""
-    changes: list[Change] = []
+    """Added, removed, modified and moved paths, in path order (a move at its new path)."""
     b, a = before.entries, after.entries
-    for path in sorted(set(b) | set(a)):
+    gone = {p: e for p, e in b.items() if p not in a}
+    came = {p: e for p, e in a.items() if p not in b}
+    moves = _moves(gone, came) if gone and came else {}
+    moved_away = set(moves.values())
+    changes: list[Change] = []
+    for path in sorted(b.keys() | a.keys()):
         old, new = b.get(path), a.get(path)
         if old is None and new is not None:
-            changes.append(FileAdded(path=path, entry=new.to_json()))
+            source = moves.get(path)
+            if source is None:
+                changes.append(FileAdded(path=path, entry=new.to_json()))
+            else:
+                changes.append(
+                    FileMoved(
+                        path=path,
+                        old_path=source,
+                        entry=new.to_json(),
+                        old_entry=b[source].to_json(),
+                    )
+                )
         elif new is None and old is not None:
-            changes.append(FileRemoved(path=path, entry=old.to_json()))
+            if path not in moved_away:
+                changes.append(FileRemoved(path=path, entry=old.to_json()))
         elif (
             old is not None
             and new is not None
@@ -464,6 +576,50 @@ def diff_folders(sink: str, before: FolderState, after: FolderState) -> FileDiff
                 )
             )
     return FileDiff(sink, changes)
+
+
+def _content(e: Entry) -> tuple[object, ...] | None:
+    """What a file or link is, apart from where it sits: its bytes (by size and sha256) or its
+    target. None for what has no content to follow (folders, empty files, others)."""
+    if e.type == "file" and e.sha256 is not None and e.size:
+        return ("file", e.size, e.sha256)
+    if e.type == "symlink" and e.target is not None:
+        return ("symlink", e.target)
+    return None
+
+
+def _moves(gone: Mapping[str, Entry], came: Mapping[str, Entry]) -> dict[str, str]:
+    """Which new path holds which old one: new path → old path.
+
+    First by inode: a new path with the inode of a path that went away, of the same type and,
+    for a file or a link, with the same content (an inode freed by a delete can be reused by
+    the next file created: that is not a move). Then by content alone, for files and links
+    (a copy then a delete leaves the world as a move would), in path order. An empty file or
+    a folder is followed by its inode only: with no content, any two look alike."""
+    pairs: dict[str, str] = {}
+    by_inode = {e.inode: p for p, e in gone.items() if e.inode is not None}
+    if by_inode:
+        for path, e in came.items():
+            source = by_inode.get(e.inode) if e.inode is not None else None
+            if source is None or e.inode is None:
+                continue
+            old = gone[source]
+            if old.type == e.type and _content(old) == _content(e) and old.size == e.size:
+                pairs[path] = source
+                del by_inode[e.inode]
+    taken = set(pairs.values())
+    by_content: dict[tuple[object, ...], list[str]] = {}
+    for path, e in gone.items():
+        key = _content(e)
+        if key is not None and path not in taken:
+            by_content.setdefault(key, []).append(path)
+    if by_content:
+        for path, e in came.items():
+            key = _content(e)
+            sources = by_content.get(key) if key is not None and path not in pairs else None
+            if sources:
+                pairs[path] = sources.pop(0)
+    return pairs
 
 
 _StatKey = tuple[int, int, int, int, int, int]
@@ -587,9 +743,11 @@ class FolderSink:
                 target = os.readlink(path)
             except OSError as exc:
                 raise SnapshotError(self.name, f"cannot read the link {path}: {exc}") from exc
-            return Entry("symlink", mode, st.st_uid, st.st_gid, target=target)
+            return Entry(
+                "symlink", mode, st.st_uid, st.st_gid, target=target, inode=(st.st_dev, st.st_ino)
+            )
         if typ != "file":
-            return Entry(typ, mode, st.st_uid, st.st_gid)
+            return Entry(typ, mode, st.st_uid, st.st_gid, inode=(st.st_dev, st.st_ino))
         key: _StatKey = (
             st.st_dev,
             st.st_ino,
@@ -635,11 +793,20 @@ class FolderSink:
             raise SnapshotError(self.name, f"cannot read {path}: {exc}") from exc
         mode = stat.S_IMODE(st.st_mode)
         return Entry(
-            "file", mode, st.st_uid, st.st_gid, size=size, sha256=sha, text=text, data=data
+            "file",
+            mode,
+            st.st_uid,
+            st.st_gid,
+            size=size,
+            sha256=sha,
+            text=text,
+            data=data,
+            inode=(st.st_dev, st.st_ino),
         )
 
     def diff(self, before: Snapshot, after: Snapshot) -> FileDiff:
-        """Added, removed and modified paths, with a unified diff for small text files."""
+        """Added, removed, modified and moved paths, with a unified diff for small text
+        files."""
         return diff_folders(self.name, before.state, after.state)
 
     def reach_probe(self, where: str, text: str, before: Snapshot) -> FileReadProbe | None:

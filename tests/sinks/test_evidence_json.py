@@ -242,6 +242,7 @@ def test_files_round_trip_answers_every_query_alike():
             "big.txt": "x" * 300,
             "empty": Dir(),
             "run.sh": File("#!/bin/sh\necho hi\n", mode=0o644),
+            "private/token.txt": File(f"token {SECRET}\n", mode=0o600),
         },
         text_limit=100,
     )
@@ -256,6 +257,8 @@ def test_files_round_trip_answers_every_query_alike():
         os.chmod(root / "run.sh", 0o755)
         (root / "big.txt").unlink()
         (root / "huge.txt").write_text("y" * 500)
+        (root / "public").mkdir()
+        os.rename(root / "private" / "token.txt", root / "public" / "token.txt")
 
     live = observe([spec], act)
     back = rebuild(live)
@@ -287,8 +290,21 @@ def test_files_round_trip_answers_every_query_alike():
         "bin/keys.bin",
         "huge.txt",
         "new-link",
+        "public",
+        "public/token.txt",
     ]
-    assert [c.path for c in same(live, back, lambda o: d(o).removed())] == ["big.txt"]
+    assert [c.path for c in same(live, back, lambda o: d(o).removed())] == [
+        "big.txt",
+        "private/token.txt",
+    ]
+    (moved,) = same(live, back, lambda o: d(o).moved("public/*", source="private/*"))
+    assert (moved.old_path, moved.path, moved.change) == (
+        "private/token.txt",
+        "public/token.txt",
+        "file_moved",
+    )
+    same(live, back, lambda o: d(o).added("public/*", text=re.compile("token")))
+    same(live, back, lambda o: d(o).changed("public/**", mode=0o600))
     assert [c.path for c in same(live, back, lambda o: d(o).modified())] == [
         "link",
         "notes.txt",
@@ -301,7 +317,10 @@ def test_files_round_trip_answers_every_query_alike():
     same(live, back, lambda o: d(o).paths())
     assert "no kept text" in same(live, back, lambda o: d(o).added(text="y"))
     hits = same(live, back, lambda o: d(o).find_secret(SECRET))
-    assert [(h.change.path, h.field) for h in hits] == [("bin/keys.bin", "content")]
+    assert [(h.change.path, h.field) for h in hits] == [
+        ("bin/keys.bin", "content"),
+        ("public/token.txt", "content"),
+    ]
     assert "huge.txt" in same(live, back, lambda o: d(o).find_secret("absent"))  # not kept
     unseen = same(live, back, lambda o: {c.path: c.unseen() for c in d(o).changes})
     assert unseen["huge.txt"] is not None and unseen["notes.txt"] is None

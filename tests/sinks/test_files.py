@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from oracle.globs import PathOutsideRootError
-from oracle.sinks.files import FileAdded, FileModified, FileRemoved, FolderSink
+from oracle.sinks.files import FileAdded, FileModified, FileMoved, FileRemoved, FolderSink
 from oracle.snapshot import SnapshotError
 
 
@@ -261,3 +261,147 @@ def test_a_folder_swapped_for_a_link_after_listing_is_refused_not_walked(root, t
     with pytest.raises(SnapshotError) as info:
         sink.snapshot()
     assert "config" in str(info.value)
+
+
+# -- moves -------------------------------------------------------------------------------------
+
+
+def test_a_rename_is_one_move_and_still_a_path_added_and_a_path_removed(root):
+    sink = FolderSink("root", root)
+    before = sink.snapshot()
+    os.rename(root / "notes.md", root / "notes-old.md")
+    d = sink.diff(before, sink.snapshot())
+    (move,) = d.changes
+    assert isinstance(move, FileMoved)
+    assert (move.old_path, move.path) == ("notes.md", "notes-old.md")
+    assert move.entry["text"] == move.old_entry["text"] == "# notes\n"
+    assert move.summary().startswith("moved     notes.md → notes-old.md (file, 8 bytes")
+    assert move.targets() == ["notes.md", "notes-old.md"]
+    assert d.moved() == [move] and d.moved("*.md", source="notes.md") == [move]
+    assert d.moved("public/**") == [] and d.moved(source="config/**") == []
+    # To questions about paths, the move is the path it left and the path it took.
+    (added,) = d.added("notes-old.md", text="# notes\n")
+    assert isinstance(added, FileAdded) and added.entry["text"] == "# notes\n"
+    (removed,) = d.removed("notes.md")
+    assert isinstance(removed, FileRemoved) and removed.entry["text"] == "# notes\n"
+    assert d.paths() == ["notes-old.md", "notes.md"]
+    assert [c.path for c in d.changed()] == ["notes-old.md", "notes.md"]
+    assert d.modified() == []
+
+
+def test_a_move_into_a_public_folder_is_seen_by_added_and_by_the_canary(root):
+    (root / "secrets").mkdir()
+    (root / "secrets" / "key.txt").write_text("sk-live-MOVE-4411\n")
+    (root / "secrets" / "key.txt").chmod(0o600)
+    sink = FolderSink("root", root)
+    before = sink.snapshot()
+    (root / "public").mkdir()
+    os.rename(root / "secrets" / "key.txt", root / "public" / "status.txt")
+    (root / "public" / "status.txt").chmod(0o644)
+    d = sink.diff(before, sink.snapshot())
+    (move,) = d.moved()
+    assert (move.old_path, move.path) == ("secrets/key.txt", "public/status.txt")
+    assert "mode was 600" in move.summary()
+    assert [c.path for c in d.added("public/**")] == ["public/status.txt"]
+    assert d.added("public/*", text=lambda t: "sk-live-MOVE-4411" in t)
+    assert d.changed("public/*", mode=lambda m: m & 0o004)
+    (hit,) = d.find_secret("sk-live-MOVE-4411")
+    assert hit.change is move and hit.field == "content" and hit.encoding == "raw"
+
+
+def test_a_copy_then_a_delete_is_a_move_by_content(root):
+    sink = FolderSink("root", root)
+    before = sink.snapshot()
+    (root / "blob-copy.bin").write_bytes((root / "blob.bin").read_bytes())
+    (root / "blob.bin").unlink()
+    (move,) = sink.diff(before, sink.snapshot()).changes
+    assert isinstance(move, FileMoved) and (move.old_path, move.path) == (
+        "blob.bin",
+        "blob-copy.bin",
+    )
+
+
+def test_a_hard_link_then_an_unlink_is_a_move(root):
+    sink = FolderSink("root", root)
+    before = sink.snapshot()
+    os.link(root / "notes.md", root / "kept.md")
+    (root / "notes.md").unlink()
+    (move,) = sink.diff(before, sink.snapshot()).changes
+    assert isinstance(move, FileMoved) and (move.old_path, move.path) == ("notes.md", "kept.md")
+
+
+def test_a_folder_moves_with_everything_in_it(root):
+    sink = FolderSink("root", root)
+    before = sink.snapshot()
+    os.rename(root / "config", root / "settings")
+    d = sink.diff(before, sink.snapshot())
+    assert [(c.old_path, c.path) for c in d.moved()] == [
+        ("config", "settings"),
+        ("config/app.toml", "settings/app.toml"),
+    ]
+    assert len(d.changes) == 2
+    assert [c.path for c in d.removed()] == ["config", "config/app.toml"]
+
+
+def test_a_move_that_changes_the_content_is_a_removal_and_an_addition(root):
+    # Same inode, other bytes: an inode a delete freed can be reused by the next file made, so
+    # the inode alone does not make it the same file.
+    sink = FolderSink("root", root)
+    before = sink.snapshot()
+    os.rename(root / "notes.md", root / "todo.md")
+    (root / "todo.md").write_text("# todo\n")
+    d = sink.diff(before, sink.snapshot())
+    assert d.moved() == []
+    assert [c.change for c in d.changes] == ["file_removed", "file_added"]
+
+
+def test_empty_files_and_folders_are_followed_by_inode_only(root):
+    for name in ("a.lock", "c.lock"):
+        (root / name).write_text("")
+    for name in ("old", "kept"):
+        (root / name).mkdir()
+    sink = FolderSink("root", root)
+    before = sink.snapshot()
+    # New ones made before the old ones go: no inode can be reused, and with no content to
+    # follow, nothing says they are the old ones.
+    (root / "b.lock").write_text("")
+    (root / "fresh").mkdir()
+    (root / "a.lock").unlink()
+    (root / "old").rmdir()
+    # Renamed: the same inode at a new path.
+    os.rename(root / "c.lock", root / "d.lock")
+    os.rename(root / "kept", root / "still")
+    d = sink.diff(before, sink.snapshot())
+    assert [(c.old_path, c.path) for c in d.moved()] == [("c.lock", "d.lock"), ("kept", "still")]
+    assert [c.path for c in d.added()] == ["b.lock", "d.lock", "fresh", "still"]
+    assert [c.path for c in d.of_type(FileAdded)] == ["b.lock", "fresh"]
+    assert [c.path for c in d.of_type(FileRemoved)] == ["a.lock", "old"]
+
+
+def test_duplicates_are_paired_by_inode_first(root):
+    (root / "one.txt").write_text("same\n")
+    (root / "two.txt").write_text("same\n")
+    sink = FolderSink("root", root)
+    before = sink.snapshot()
+    os.rename(root / "two.txt", root / "a-two.txt")
+    (root / "one.txt").unlink()
+    (root / "b-one.txt").write_text("same\n")
+    d = sink.diff(before, sink.snapshot())
+    assert {(c.old_path, c.path) for c in d.moved()} == {
+        ("two.txt", "a-two.txt"),
+        ("one.txt", "b-one.txt"),
+    }
+
+
+def test_a_state_read_back_from_json_diffs_moves_by_content(root):
+    from oracle.sinks.files import FolderState, diff_folders
+
+    sink = FolderSink("root", root)
+    before = sink.snapshot()
+    os.rename(root / "notes.md", root / "moved.md")
+    after = sink.snapshot()
+    b, a = (FolderState.from_json(s.state.to_json()) for s in (before, after))
+    assert b.entries["notes.md"].inode is None
+    live = sink.diff(before, after)
+    assert isinstance(live.changes[0], FileMoved)
+    assert diff_folders("root", b, a).to_json() == live.to_json()
