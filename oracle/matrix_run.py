@@ -55,6 +55,7 @@ from oracle.cell_archive import (
     write_cell,
 )
 from oracle.cell_intake import REFUSED, accept
+from oracle.lifeline import die_with_parent
 from oracle.loader import load_tasks
 from oracle.matrix import Matrix, MatrixError, parse_matrix
 from oracle.record import Cell
@@ -235,6 +236,8 @@ def _context(matrix_bytes: bytes, matrix_path: str, hidden: Sequence[str]) -> Wo
 
 
 def _init_worker(matrix_bytes: bytes, matrix_path: str, hidden: Sequence[str]) -> None:
+    # A worker dies with the fork server it was forked from, which dies with the driver.
+    die_with_parent()
     _context(matrix_bytes, matrix_path, hidden)
     # Sandboxes still closing when the pool shuts this worker down are finished first.
     multiprocessing.util.Finalize(None, drain, exitpriority=100)
@@ -374,8 +377,10 @@ def _serial(
         drain()
 
 
-# Imported once in the fork server, so that each worker starts with them loaded.
+# Imported once in the fork server, so that each worker starts with them loaded. The first
+# ties the fork server to the driver: it dies when the driver does (see oracle.lifeline).
 _PRELOAD = [
+    "oracle.matrix_forkserver",
     "oracle.matrix_run",
     "oracle.cli",
     "oracle.demo",
