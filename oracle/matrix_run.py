@@ -323,7 +323,7 @@ def plan(
             todo.append(cell)
             continue
         try:
-            opened = open_cell(path, public)
+            opened = open_cell(path, public, ctx.matrix.limits)
             why = _stale(opened.meta, opened.record.task_digest, ctx, cell, digests)
             made_in = run_id_of(opened.statement.predicate)
             if why is None and made_in != run_id:
@@ -598,6 +598,7 @@ def _run_cells(
                 ctx.matrix.meta(cell),
                 run_id=summary.run_id,
                 task_digest=digests[cell.task],
+                limits=ctx.matrix.limits,
             )
             pending.add(writers.submit(_write, out / CELLS, packed, key))
             if len(pending) >= 4 * WRITERS:
