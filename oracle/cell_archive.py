@@ -233,6 +233,8 @@ def pack_cell(files: Mapping[str, bytes], record: TrialRecord, meta: CellMeta) -
 
 
 def write_atomic(path: Path, data: bytes) -> None:
+    """Write `data` as `path`: a temporary file beside it, fsync-ed, renamed. An `OSError`
+    (a full disk among them) names `path` and leaves nothing behind."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
@@ -241,8 +243,10 @@ def write_atomic(path: Path, data: bytes) -> None:
             os.fchmod(f.fileno(), 0o644)  # mkstemp's 0600 is for the key, not for evidence
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError) and exc.filename is None:  # write, flush, fsync name none
+            raise OSError(exc.errno, exc.strerror, str(path)) from exc
         raise
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from oracle.matrix import MatrixError, load_matrix
@@ -44,7 +45,10 @@ report_app = typer.Typer(no_args_is_help=True, help="Check a report.")
 
 
 def _fail(msg: str, code: int = 2) -> typer.Exit:
-    console().print(f"[red]error:[/red] {msg}", markup=True, highlight=False)
+    # Never wrapped: a path in the message stays whole on its line.
+    console().print(
+        f"[red]error:[/red] {escape(msg)}", markup=True, highlight=False, soft_wrap=True
+    )
     return typer.Exit(code)
 
 
