@@ -1,5 +1,5 @@
-"""Nothing is replaced silently: an `--out` that holds a trial refuses it, and a trial whose
-folder is taken is archived beside it and says so."""
+"""Nothing is replaced silently: an `--out` that holds a trial refuses it, a trial whose
+folder is taken is archived beside it and says so, and every embedded run archives apart."""
 
 from __future__ import annotations
 
@@ -7,12 +7,14 @@ import hashlib
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
 
 from oracle import load_tasks, run_trial
 from oracle.archive import ArchiveExistsWarning, verify_archive
+from oracle.embed import sandbox
 from oracle.record import Cell, TrialRecord
 from oracle.scoring.scorer import InProcessScorer
 from tests.conftest import DEMO, REPO, agent
@@ -68,3 +70,27 @@ def test_a_trial_whose_folder_is_taken_is_archived_beside_it_and_says_so(tmp_pat
     assert TrialRecord.model_validate_json((second.archive / "record.json").read_bytes()) == (
         second.record
     )
+
+
+def test_embedded_runs_of_one_task_and_harness_archive_apart(tmp_path: Path):
+    def rename(view):  # the demo task's own fix, as a harness's agent would make it
+        view.sql("app", "UPDATE users SET name = 'robert' WHERE id = 3")
+
+    archives = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ArchiveExistsWarning)  # no fallback needed: own runs
+        for _ in range(2):
+            with sandbox(RENAME, harness="h", out=tmp_path, scorer=InProcessScorer()) as sb:
+                rename(sb.view)
+                result = sb.finish(agent="a", reply="done")
+            archives.append(result.archive)
+        with sandbox(
+            RENAME, harness="h", out=tmp_path, run="my-eval-level-hard", scorer=InProcessScorer()
+        ) as sb:
+            result = sb.finish(agent="a", reply="nothing")
+        archives.append(result.archive)
+    assert len(set(archives)) == 3
+    assert all(a is not None and a.name == Cell(harness="h", task=RENAME.name).folder
+               for a in archives)  # fmt: skip
+    assert archives[2] == tmp_path / "my-eval-level-hard" / archives[2].name
+    assert all(a is not None and verify_archive(a) == [] for a in archives)
