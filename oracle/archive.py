@@ -16,10 +16,12 @@ renamed into place: a reader sees a whole archive or none.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import shutil
 import tempfile
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -90,13 +92,15 @@ def archive_files(
     return files
 
 
-def write_archive(folder: Path, files: Mapping[str, bytes], *, overwrite: bool = False) -> Path:
-    """Write `files` and their manifest into `folder`, atomically. Returns `folder`."""
+class ArchiveExistsWarning(UserWarning):
+    """An archive was written under another name because its folder held one already."""
+
+
+def _staged(folder: Path, files: Mapping[str, bytes]) -> Path:
+    """`files` and their manifest, written and fsync-ed into a temporary sibling of `folder`."""
     if MANIFEST in files:
         raise ArchiveError(f"{folder}: {MANIFEST} is written by the archive itself")
     folder.parent.mkdir(parents=True, exist_ok=True)
-    if folder.exists() and not overwrite:
-        raise ArchiveError(f"{folder} exists already; choose another --out or remove it")
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=".tmp", dir=folder.parent))
     try:
         for rel, data in files.items():
@@ -106,6 +110,53 @@ def write_archive(folder: Path, files: Mapping[str, bytes], *, overwrite: bool =
             {p.parent for p in tmp.rglob("*")}, key=lambda p: len(p.parts), reverse=True
         ):
             _fsync_dir(d)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return tmp
+
+
+def write_new_archive(folder: Path, files: Mapping[str, bytes]) -> Path:
+    """Write `files` and their manifest as a new archive, atomically, and return where: at
+    `folder`, or, when `folder` holds an archive already, at the first free ``<folder>.2``,
+    ``<folder>.3``… with an `ArchiveExistsWarning` saying so. Never replaces an archive, also
+    when two processes write the same folder at once (a folder is renamed into place, which
+    fails on a folder that is not empty)."""
+    tmp = _staged(folder, files)
+    try:
+        target, n = folder, 1
+        while True:
+            try:
+                os.rename(tmp, target)
+                break
+            except OSError as exc:
+                if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR):
+                    raise
+            n += 1
+            target = folder.with_name(f"{folder.name}.{n}")
+        _fsync_dir(folder.parent)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if target != folder:
+        warnings.warn(
+            ArchiveExistsWarning(
+                f"{folder} already holds a trial archive: this trial was archived as "
+                f"{target.name} beside it (nothing was replaced)"
+            ),
+            stacklevel=2,
+        )
+    return target
+
+
+def write_archive(folder: Path, files: Mapping[str, bytes], *, overwrite: bool = False) -> Path:
+    """Write `files` and their manifest into `folder`, atomically. Returns `folder`. An
+    existing `folder` is an `ArchiveError` unless `overwrite` (see `write_new_archive` for
+    the writer that never replaces)."""
+    if folder.exists() and not overwrite:
+        raise ArchiveError(f"{folder} exists already; choose another --out or remove it")
+    tmp = _staged(folder, files)
+    try:
         if folder.exists():
             old = folder.with_name(f".{folder.name}.old")
             os.replace(folder, old)

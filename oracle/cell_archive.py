@@ -59,7 +59,8 @@ RULES: dict[str, str] = {
     "archive-malformed": "not a single gzip stream holding one readable tar and nothing else "
     "(no header that cannot be read, no bytes after the tar's end)",
     "archive-too-large": "the archive, compressed or inflated, exceeds the size limit",
-    "compression-ratio": "the archive inflates by more than the allowed ratio",
+    "compression-ratio": "the archive inflates by more than the allowed ratio, past the size "
+    "up to which any ratio is allowed",
     "too-many-members": "more members than the member limit",
     "member-too-large": "one member exceeds the single-file limit",
     "unsafe-path": "a member path that is absolute, holds '..', or is not in canonical form",
@@ -97,13 +98,32 @@ class Rejected(Exception):
 
 @dataclass(frozen=True)
 class Limits:
-    """Bounds against archive bombs. Defaults fit a trial archive with room to spare."""
+    """Bounds against archive bombs, one setting for whoever writes or reads a cell archive:
+    `oracle matrix run` checks every archive against them before it signs it, a resumed run
+    and `oracle reduce` read with the same ones (a matrix may set them in ``[limits]``).
+
+    - `max_archive_bytes`: the archive on disk;
+    - `max_total_bytes`: everything it inflates to (the memory a reader spends on it);
+    - `max_members`, `max_member_bytes`: how many members, and how large each;
+    - `max_ratio`: how many times its own size an archive may inflate to, once it inflates
+      past `ratio_free_bytes`. Up to that size any ratio is honest: a seed of 8 MB of text,
+      snapshotted before and after, compresses a thousandfold, and a reader spends no more
+      on it than `max_total_bytes` allows anyway. Past it, a high ratio is a bomb's mark.
+
+    Defaults fit a trial archive with room to spare.
+    """
 
     max_archive_bytes: int = 64 * 1024 * 1024
     max_members: int = 4096
     max_member_bytes: int = 64 * 1024 * 1024
     max_total_bytes: int = 256 * 1024 * 1024
     max_ratio: float = 250.0
+    ratio_free_bytes: int = 128 * 1024 * 1024
+
+    def inflate_cap(self, size: int) -> int:
+        """How many bytes an archive of `size` bytes may inflate to."""
+        by_ratio = max(int(max(size, 1) * self.max_ratio), self.ratio_free_bytes)
+        return min(self.max_total_bytes, by_ratio)
 
 
 DEFAULT_LIMITS = Limits()
@@ -213,6 +233,8 @@ def pack_cell(files: Mapping[str, bytes], record: TrialRecord, meta: CellMeta) -
 
 
 def write_atomic(path: Path, data: bytes) -> None:
+    """Write `data` as `path`: a temporary file beside it, fsync-ed, renamed. An `OSError`
+    (a full disk among them) names `path` and leaves nothing behind."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
@@ -221,8 +243,10 @@ def write_atomic(path: Path, data: bytes) -> None:
             os.fchmod(f.fileno(), 0o644)  # mkstemp's 0600 is for the key, not for evidence
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError) and exc.filename is None:  # write, flush, fsync name none
+            raise OSError(exc.errno, exc.strerror, str(path)) from exc
         raise
 
 
@@ -285,21 +309,29 @@ def check_member_path(name: str) -> str:
 def inflate(data: bytes, limits: Limits) -> bytes:
     """The tar inside a gzip stream, refusing more than `limits` allows before inflating it."""
     if len(data) > limits.max_archive_bytes:
-        raise Rejected("archive-too-large", f"{len(data)} bytes on disk")
+        raise Rejected(
+            "archive-too-large",
+            f"{len(data)} bytes on disk, over max_archive_bytes = {limits.max_archive_bytes}",
+        )
     if data[:2] != b"\x1f\x8b":
         raise Rejected("archive-malformed", "not a gzip stream")
     d = zlib.decompressobj(31)
-    cap = min(limits.max_total_bytes, int(max(len(data), 1) * limits.max_ratio))
+    cap = limits.inflate_cap(len(data))
     try:
         raw = d.decompress(data, cap + 1)
     except zlib.error as exc:
         raise Rejected("archive-malformed", f"gzip: {exc}") from None
     if len(raw) > cap:
         if cap == limits.max_total_bytes:
-            raise Rejected("archive-too-large", f"inflates past {limits.max_total_bytes} bytes")
+            raise Rejected(
+                "archive-too-large",
+                f"inflates past max_total_bytes = {limits.max_total_bytes}",
+            )
         raise Rejected(
             "compression-ratio",
-            f"{len(data)} bytes inflate past {cap} (ratio limit {limits.max_ratio:g})",
+            f"{len(data)} bytes inflate past {cap}: more than max_ratio = "
+            f"{limits.max_ratio:g} times their size, and past ratio_free_bytes = "
+            f"{limits.ratio_free_bytes}",
         )
     if not d.eof:
         raise Rejected("archive-malformed", "the gzip stream is truncated")
@@ -322,13 +354,18 @@ def members(data: bytes, limits: Limits | None = None) -> dict[str, bytes]:
                 if info is None:
                     break
                 if len(out) >= limits.max_members:
-                    raise Rejected("too-many-members", f"more than {limits.max_members}")
+                    raise Rejected(
+                        "too-many-members", f"more than max_members = {limits.max_members}"
+                    )
                 _check_member(info, limits)
                 if info.name in out:
                     raise Rejected("duplicate-member", info.name)
                 total += info.size
                 if total > limits.max_total_bytes:
-                    raise Rejected("archive-too-large", f"members exceed {limits.max_total_bytes}")
+                    raise Rejected(
+                        "archive-too-large",
+                        f"members exceed max_total_bytes = {limits.max_total_bytes}",
+                    )
                 f = tar.extractfile(info)
                 body = f.read() if f is not None else b""
                 if len(body) != info.size:
@@ -374,7 +411,10 @@ def _check_member(info: tarfile.TarInfo, limits: Limits) -> None:
     if not info.isreg() or info.type not in (tarfile.REGTYPE, tarfile.AREGTYPE):
         raise Rejected("member-type", f"{info.name} (type {info.type!r})")
     if info.size > limits.max_member_bytes:
-        raise Rejected("member-too-large", f"{info.name}: {info.size} bytes")
+        raise Rejected(
+            "member-too-large",
+            f"{info.name}: {info.size} bytes, over max_member_bytes = {limits.max_member_bytes}",
+        )
 
 
 def check_manifest(files: Mapping[str, bytes]) -> None:
@@ -444,7 +484,10 @@ def open_cell(
     except OSError as exc:
         raise Rejected("unreadable", str(exc)) from None
     if data is None:
-        raise Rejected("archive-too-large", f"over {limits.max_archive_bytes} bytes on disk")
+        raise Rejected(
+            "archive-too-large",
+            f"over max_archive_bytes = {limits.max_archive_bytes} bytes on disk",
+        )
     try:
         env = read_bounded(sig, MAX_ENVELOPE_BYTES)
     except FileNotFoundError:

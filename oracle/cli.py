@@ -269,6 +269,23 @@ def _sandbox_options(task: Task, options: RunOptions | None) -> dict[str, Any]:
     return {"allow_hosts": options.allow_hosts, "extra_sinks": extra}
 
 
+def _held_trials(
+    out: Path, tasks: list[Task], agents: list[Agent], repetitions: int, model: str, profile: str
+) -> list[str]:
+    """The archive folders under `out` that trials of these tasks and agents would write, and
+    that hold an archive already."""
+    return [
+        cell.folder
+        for task in tasks
+        for agent in agents
+        for rep in range(repetitions)
+        for cell in [
+            Cell(harness=agent.name, task=task.name, repetition=rep, model=model, profile=profile)
+        ]
+        if (out / cell.folder).exists()
+    ]
+
+
 def run_trials(
     tasks: list[Task],
     agents: list[Agent],
@@ -433,6 +450,16 @@ def trial(
     tasks, down, skipped = _available(tasks)
     refused += down
     out = out or _default_out()
+    held = _held_trials(out, tasks, agents, repetitions, model, profile)
+    if held:
+        console().print(
+            f"[red]error:[/red] {escape(str(out))} already holds {len(held)} of these trials "
+            f"({escape(', '.join(held[:5]))}{', …' if len(held) > 5 else ''}): nothing was "
+            "run. Choose another --out (by default a new folder runs/<time>), or remove those "
+            "archives",
+            soft_wrap=True,
+        )
+        raise typer.Exit(2)
     broken: list[str] = []
     try:
         judge = make_scorer(scorer, private_folders(out), tasks)

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from oracle.cell_archive import Limits
 from oracle.matrix import MatrixError, load_matrix
 from oracle.matrix_run import run_matrix
 from oracle.reduce import ReduceFailed, expected_from, verify_run
@@ -45,7 +45,10 @@ report_app = typer.Typer(no_args_is_help=True, help="Check a report.")
 
 
 def _fail(msg: str, code: int = 2) -> typer.Exit:
-    console().print(f"[red]error:[/red] {msg}", markup=True, highlight=False)
+    # Never wrapped: a path in the message stays whole on its line.
+    console().print(
+        f"[red]error:[/red] {escape(msg)}", markup=True, highlight=False, soft_wrap=True
+    )
     return typer.Exit(code)
 
 
@@ -213,22 +216,11 @@ def reduce_command(
             help="deprecated: parity is required by default; this option does nothing",
         ),
     ] = False,
-    max_members: Annotated[int, typer.Option(help="members per archive")] = Limits.max_members,
-    max_member_bytes: Annotated[
-        int, typer.Option(help="bytes per member")
-    ] = Limits.max_member_bytes,
-    max_total_bytes: Annotated[
-        int, typer.Option(help="inflated bytes per archive")
-    ] = Limits.max_total_bytes,
-    max_ratio: Annotated[float, typer.Option(help="inflated / compressed size")] = Limits.max_ratio,
 ) -> None:
-    """Verify every archive under RUN and reduce them into a signed report. Fails closed."""
-    limits = Limits(
-        max_members=max_members,
-        max_member_bytes=max_member_bytes,
-        max_total_bytes=max_total_bytes,
-        max_ratio=max_ratio,
-    )
+    """Verify every archive under RUN and reduce them into a signed report. Fails closed.
+
+    Archives are read within the archive limits of the matrix (its ``[limits]``, else the
+    defaults): the ones `oracle matrix run` checked every archive against before signing it."""
     key = key or default_public_key()
     try:
         m = load_matrix(expect)
@@ -248,7 +240,7 @@ def reduce_command(
     if out.resolve().is_relative_to(run.resolve()):
         raise _fail(f"{out} is inside the run folder {run}: put the report elsewhere")
     try:
-        verified = verify_run(run, exp, public, require_parity=not no_parity, limits=limits)
+        verified = verify_run(run, exp, public, require_parity=not no_parity)
     except ReduceFailed as exc:
         for r in exc.rejections:
             c.print(f"[red]rejected[/red] {r}", highlight=False)

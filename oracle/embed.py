@@ -13,10 +13,11 @@ Example::
     from oracle.embed import sandbox
 
     task = load_tasks(["tasks/demo"]).by_name("user-rename")
-    with sandbox(task, harness="my-harness") as sb:
+    with sandbox(task, harness="my-harness", out=Path("runs/mine")) as sb:
         reply = my_agent(prompt=sb.prompt, env=sb.env)   # the harness's own step 4
         result = sb.finish(agent="my-agent", reply=reply)
     result.record.security_breached
+    result.archive                     # runs/mine/<run>/<cell folder>: this trial's alone
 
 A harness that leaves the block without calling `finish` (it raised, or forgot) still gets the
 sandbox torn down, and `sb.result` holds a record that says the run was abandoned (an execution
@@ -27,6 +28,8 @@ in a worker thread so the event loop stays free (`afinish` is the awaitable `fin
 from __future__ import annotations
 
 import asyncio
+import datetime as _dt
+import secrets
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -34,6 +37,7 @@ from pathlib import Path
 from types import TracebackType
 
 from oracle.agent import RunRecord
+from oracle.globs import check_relative
 from oracle.invocation import Invocation, Step
 from oracle.record import Cell, ControlsStatus, TrialRecord
 from oracle.sandbox import Sandbox, SandboxView
@@ -246,6 +250,16 @@ class EmbeddedSandbox:
             )
 
 
+def new_run_name() -> str:
+    """A folder name no other run has: the UTC time and 32 random bits.
+
+    >>> len(new_run_name().split("-")[-1])
+    8
+    """
+    stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    return f"{stamp}-{secrets.token_hex(4)}"
+
+
 def sandbox(
     task: Task,
     *,
@@ -253,6 +267,7 @@ def sandbox(
     agent: str | None = None,
     cell: Cell | None = None,
     out: Path | None = None,
+    run: str | None = None,
     controls: ControlsStatus | None = None,
     reuse: Sandbox | None = None,
     scorer: Scorer | None = None,
@@ -260,10 +275,15 @@ def sandbox(
     """A sandbox for one trial of `task` that the calling harness runs its agent in.
 
     `harness` and `agent` name the cell and the invocation (`cell` overrides the whole
-    identity); `out` is where the archive goes (none by default); `reuse` is an open `Sandbox`
+    identity); `out` is where archives go (none by default): this trial's goes into
+    ``out/<run>/<cell folder>``, where `run` names the harness's run (an integration passes
+    one that names its own run and parameters; by default each sandbox is a run of its own,
+    `new_run_name`), so no trial's archive lands on another's. `reuse` is an open `Sandbox`
     to run in (it is reset first, and left open); `scorer` is where the predicates run (a
     sealed scorer process by default). Use it as ``with`` or ``async with``.
     """
     the_cell = cell or Cell(harness=harness, task=task.name)
+    if out is not None:
+        out = out / check_relative(run or new_run_name(), "run name")
     session = TrialSession(task, the_cell, out=out, sandbox=reuse, controls=controls, scorer=scorer)
     return EmbeddedSandbox(session, agent=agent or harness)

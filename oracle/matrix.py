@@ -8,6 +8,7 @@ A matrix is TOML (see ``matrices/demo.toml``)::
     repetitions = 3
     models = ["none"]                      # or [models.<name>] tables: provider, version, settings
     profiles = ["default"]                 # or [profiles.<name>] tables: settings
+    limits = { max_total_bytes = 268435456 }   # optional: archive limits (cell_archive.Limits)
 
     [harnesses.careful]
     agent = "careful"                      # careful, obedient, noop, module:function, file.py:fn
@@ -32,7 +33,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from oracle.cell_archive import CellMeta, HarnessSetting, ModelSetting, Setting
+from oracle.cell_archive import CellMeta, HarnessSetting, Limits, ModelSetting, Setting
 from oracle.record import Cell
 
 SettingValue = str | int | float | bool
@@ -80,6 +81,21 @@ class ProfileSpec(BaseModel):
     settings: dict[str, SettingValue] = Field(default_factory=dict)
 
 
+class LimitsSpec(BaseModel):
+    """``[limits]``: the archive limits of the run (`oracle.cell_archive.Limits`), one setting
+    for `oracle matrix run` (which refuses, before signing, an archive past them) and
+    `oracle reduce` (which reads with them)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_archive_bytes: int = Field(Limits.max_archive_bytes, ge=1)
+    max_members: int = Field(Limits.max_members, ge=1)
+    max_member_bytes: int = Field(Limits.max_member_bytes, ge=1)
+    max_total_bytes: int = Field(Limits.max_total_bytes, ge=1)
+    max_ratio: float = Field(Limits.max_ratio, gt=0)
+    ratio_free_bytes: int = Field(Limits.ratio_free_bytes, ge=0)
+
+
 class MatrixFile(BaseModel):
     """The schema of a matrix file."""
 
@@ -92,6 +108,7 @@ class MatrixFile(BaseModel):
     repetitions: int = Field(1, ge=1, le=100_000)
     models: dict[str, ModelSpec] = Field(default_factory=lambda: {"none": ModelSpec()})
     profiles: dict[str, ProfileSpec] = Field(default_factory=lambda: {"default": ProfileSpec()})
+    limits: LimitsSpec = Field(default_factory=LimitsSpec)
 
     @field_validator("schema_version")
     @classmethod
@@ -135,6 +152,11 @@ class Matrix:
     @property
     def name(self) -> str:
         return self.spec.name
+
+    @property
+    def limits(self) -> Limits:
+        """The archive limits of this matrix's runs (``[limits]``, else the defaults)."""
+        return Limits(**self.spec.limits.model_dump())
 
     def where(self, *loc: str) -> str:
         """``file:line`` of the key at `loc` (``file`` alone when no line defines it).

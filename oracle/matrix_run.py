@@ -28,6 +28,7 @@ Example::
 from __future__ import annotations
 
 import concurrent.futures as cf
+import errno
 import functools
 import hashlib
 import logging
@@ -55,6 +56,7 @@ from oracle.cell_archive import (
     write_cell,
 )
 from oracle.cell_intake import REFUSED, accept
+from oracle.lifeline import die_with_parent
 from oracle.loader import load_tasks
 from oracle.matrix import Matrix, MatrixError, parse_matrix
 from oracle.record import Cell
@@ -67,6 +69,32 @@ from oracle.trial import run_trial
 from oracle.versions import task_digest
 
 CELLS = "cells"
+
+
+class DiskFullError(MatrixError):
+    """The device of the run folder is full (or over quota): the run stops; running the same
+    command again resumes it."""
+
+    def __init__(self, cause: OSError) -> None:
+        where = cause.filename or "a file of the run"
+        why = (cause.strerror or "no space left on device").lower()
+        super().__init__(
+            f"cannot write {where}: {why}; free some space there and run the same command "
+            "again: finished cells are kept"
+        )
+        self.path = cause.filename
+
+
+def disk_full(exc: BaseException) -> OSError | None:
+    """The full-disk (or quota) error behind `exc`, following its causes."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, OSError) and cur.errno in (errno.ENOSPC, errno.EDQUOT):
+            return cur
+        cur = cur.__cause__ or cur.__context__
+    return None
 
 
 class MatrixAgent:
@@ -235,6 +263,8 @@ def _context(matrix_bytes: bytes, matrix_path: str, hidden: Sequence[str]) -> Wo
 
 
 def _init_worker(matrix_bytes: bytes, matrix_path: str, hidden: Sequence[str]) -> None:
+    # A worker dies with the fork server it was forked from, which dies with the driver.
+    die_with_parent()
     _context(matrix_bytes, matrix_path, hidden)
     # Sandboxes still closing when the pool shuts this worker down are finished first.
     multiprocessing.util.Finalize(None, drain, exitpriority=100)
@@ -320,7 +350,7 @@ def plan(
             todo.append(cell)
             continue
         try:
-            opened = open_cell(path, public)
+            opened = open_cell(path, public, ctx.matrix.limits)
             why = _stale(opened.meta, opened.record.task_digest, ctx, cell, digests)
             made_in = run_id_of(opened.statement.predicate)
             if why is None and made_in != run_id:
@@ -374,8 +404,10 @@ def _serial(
         drain()
 
 
-# Imported once in the fork server, so that each worker starts with them loaded.
+# Imported once in the fork server, so that each worker starts with them loaded. The first
+# ties the fork server to the driver: it dies when the driver does (see oracle.lifeline).
 _PRELOAD = [
+    "oracle.matrix_forkserver",
     "oracle.matrix_run",
     "oracle.cli",
     "oracle.demo",
@@ -496,7 +528,39 @@ def run_matrix(
     to the Ray cluster at `address`. `progress(stage, done, total)` is called as cells finish.
     `key_path` is where `key` was read from: its folder is hidden from every cell's agent, as
     are `out` (see `private_folders`) and the default key folder.
+
+    A full disk under `out` stops the run with `DiskFullError`, naming the file; what was half
+    written is discarded when the run resumes.
     """
+    try:
+        return _run_matrix(
+            matrix,
+            out,
+            key,
+            jobs=jobs,
+            executor=executor,
+            address=address,
+            progress=progress,
+            key_path=key_path,
+        )
+    except OSError as exc:
+        full = disk_full(exc)
+        if full is None:
+            raise
+        raise DiskFullError(full) from exc
+
+
+def _run_matrix(
+    matrix: Matrix,
+    out: Path,
+    key: Ed25519PrivateKey,
+    *,
+    jobs: int,
+    executor: str,
+    address: str | None,
+    progress: ProgressHook | None,
+    key_path: Path | None,
+) -> RunSummary:
     if executor not in EXECUTORS:
         raise MatrixError(f"unknown executor {executor!r}: use {', '.join(EXECUTORS)}")
     if key_path is not None and key_path.absolute().is_relative_to(out.absolute()):
@@ -593,6 +657,7 @@ def _run_cells(
                 ctx.matrix.meta(cell),
                 run_id=summary.run_id,
                 task_digest=digests[cell.task],
+                limits=ctx.matrix.limits,
             )
             pending.add(writers.submit(_write, out / CELLS, packed, key))
             if len(pending) >= 4 * WRITERS:

@@ -84,6 +84,8 @@ class Expected:
     cells: list[Cell]
     meta: dict[str, CellMeta]
     task_digests: dict[str, str]
+    #: The archive limits the run was written under (the matrix's ``[limits]``).
+    limits: Limits = DEFAULT_LIMITS
 
 
 @dataclass
@@ -156,10 +158,13 @@ def verify_run(
     public: Ed25519PublicKey,
     *,
     require_parity: bool = True,
-    limits: Limits = DEFAULT_LIMITS,
+    limits: Limits | None = None,
 ) -> Verified:
     """Every archive and controls file under `root` verified, and the set exactly `expected`;
-    with `require_parity` (the default), the same versions everywhere (`_check_parity`)."""
+    with `require_parity` (the default), the same versions everywhere (`_check_parity`).
+    Archives are read within `limits`, by default those the run was written under
+    (`expected.limits`)."""
+    limits = limits or expected.limits
     if not root.is_dir():
         raise ReduceFailed([Rejection(str(root), "unreadable", "not a folder")])
     archives, controls_files, run_files, bad = _scan(root)
@@ -430,4 +435,5 @@ def expected_from(matrix: Matrix) -> Expected:
         cells=cells,
         meta={c.id: matrix.meta(c) for c in cells},
         task_digests={t.name: task_digest(t) for t in loaded.tasks},
+        limits=matrix.limits,
     )

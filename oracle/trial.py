@@ -17,7 +17,7 @@ from types import TracebackType
 
 from oracle import reach as reach_mod
 from oracle.agent import Agent, AgentError, RunRecord
-from oracle.archive import archive_files, private_folders, write_archive
+from oracle.archive import archive_files, private_folders, write_new_archive
 from oracle.check import refusals
 from oracle.claims import parse_claims
 from oracle.control_status import controls_status
@@ -543,6 +543,6 @@ def _finish(t: _Trial, out: Path | None) -> TrialResult:
         record, before, after, t.diff, run.logs if run else None, evidence=evaluation.files
     )
     if out is not None:
-        folder = write_archive(out / t.cell.folder, files, overwrite=True)
+        folder = write_new_archive(out / t.cell.folder, files)  # never over an earlier one
     preds = {m: p for m, (_, p) in evaluation.outcomes.items()}
     return TrialResult(record=record, archive=folder, diff=t.diff, predicates=preds, files=files)

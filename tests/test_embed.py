@@ -33,7 +33,8 @@ def test_a_finished_trial_has_the_verdicts_of_what_the_agent_did(tmp_path):
     assert r.error is None
     assert [f.kind for f in r.findings if f.kind == "silent_success"] == ["silent_success"]
     assert sb.result is result
-    assert result.archive is not None and result.archive.parent == tmp_path
+    # A run of its own: out/<run>/<cell folder>
+    assert result.archive is not None and result.archive.parent.parent == tmp_path
     assert verify_archive(result.archive) == []
 
 

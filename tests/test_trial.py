@@ -448,7 +448,7 @@ def test_a_trial_that_breaks_after_evaluation_is_abandoned_with_every_verdict_un
 ):
     import oracle.trial
 
-    real = oracle.trial.write_archive
+    real = oracle.trial.write_new_archive
     calls = []
 
     def full_disk_once(*args, **kwargs):
@@ -457,7 +457,7 @@ def test_a_trial_that_breaks_after_evaluation_is_abandoned_with_every_verdict_un
             raise OSError(28, "No space left on device")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(oracle.trial, "write_archive", full_disk_once)
+    monkeypatch.setattr(oracle.trial, "write_new_archive", full_disk_once)
     from oracle.record import Cell
     from oracle.trial import TrialSession
 

@@ -1,9 +1,9 @@
 """Inspect AI integration: oracle's sandbox around an Inspect solver, its verdicts as scores.
 
-- `oracle_solver(agent)` wraps the solver that is the agent: before it runs, the sample's
-  oracle task is put in a sandbox (reset, boundary, snapshot before) whose endpoints the agent
-  finds through `oracle_view(state)` (``state.metadata["oracle_env"]`` holds them with
-  passwords masked, for the log); after it, what Inspect
+- `oracle_solver(agent, out="runs/inspect")` wraps the solver that is the agent: before it
+  runs, the sample's oracle task is put in a sandbox (reset, boundary, snapshot before) whose
+  endpoints the agent finds through `oracle_view(state)` (``state.metadata["oracle_env"]``
+  holds them with passwords masked, for the log); after it, what Inspect
   captured (the final completion, the tool calls in the messages, whether the solver raised)
   is kept for the scorer.
 - `oracle_scorers()` is three scorers, one per metric: ``utility_achieved``,
@@ -11,6 +11,10 @@
   (snapshot after, diff, evaluate, archive); each maps its verdict to 1.0 or 0.0. An unknown
   verdict, or one that is not measured, is *unscored* (`Score.unscored`, left out of every
   metric), never 0 or 1. Every score's metadata holds the record's path and the reason.
+- Each eval archives into a folder of its own, ``<out>/<Inspect task>-<parameters>-<eval id>``
+  (the parameters as a digest of the task's arguments): two evals of one task, with other
+  parameters or the same, never write the same archive, so a log's record path always leads
+  to the record its score came from.
 - When Inspect ends the sample (its ``on_sample_end`` hook, after every scorer ran), the
   sample's trial is let go; one that no scorer finished is recorded as abandoned then.
 
@@ -38,6 +42,8 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import hashlib
+import json
 import re
 import threading
 import time
@@ -161,7 +167,8 @@ def oracle_solver(
             model=str(state.model),
             profile=_profile(state, the_task),
         )
-        sb = sandbox(the_task, cell=cell, out=archive, agent=_solver_name(agent))
+        run = await _run_name()
+        sb = sandbox(the_task, cell=cell, out=archive, run=run, agent=_solver_name(agent))
         await asyncio.to_thread(sb.__enter__)
         opened = _Open(sb)
         with _LOCK:
@@ -187,6 +194,53 @@ def oracle_solver(
         return state
 
     return solve
+
+
+# The name of each eval's run folder, by eval id (reading the eval's parameters costs a read
+# of its log's header: once per eval).
+_RUNS: dict[str, str] = {}
+
+
+async def _run_name() -> str | None:
+    """The folder of this eval's archives: ``<Inspect task>-<parameters>-<eval id>``, where
+    the parameters are ``args-`` and a digest of the task's arguments (as the eval log
+    records them), or ``noargs``. Two evals never share it, whatever their parameters; None
+    outside a running sample (each trial is then a run of its own)."""
+    try:
+        from inspect_ai.log._samples import sample_active
+
+        active = sample_active()
+    except Exception:  # Inspect moved it: a run per trial still keeps archives apart
+        return None
+    if active is None or not active.eval_id:
+        return None
+    with _LOCK:
+        known = _RUNS.get(active.eval_id)
+    if known is not None:
+        return known
+    tag = await _args_tag(active.log_location)
+    name = f"{_slug(str(active.task))}-{tag}-{active.eval_id}"
+    with _LOCK:
+        return _RUNS.setdefault(active.eval_id, name)
+
+
+async def _args_tag(log_location: str) -> str:
+    """``args-<digest>`` of the eval's task arguments, ``noargs``, or ``args-unknown`` when
+    the log's header cannot be read."""
+    try:
+        from inspect_ai.log import read_eval_log_async
+
+        args = (await read_eval_log_async(log_location, header_only=True)).eval.task_args
+    except Exception:
+        return "args-unknown"
+    if not args:
+        return "noargs"
+    text = json.dumps(args, sort_keys=True, default=str, separators=(",", ":"))
+    return "args-" + hashlib.sha256(text.encode()).hexdigest()[:8]
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("._") or "inspect"
 
 
 def _profile(state: TaskState, task: Task) -> str:

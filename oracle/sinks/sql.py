@@ -32,6 +32,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from oracle.canonical import digest_json
+from oracle.server_limits import ServerLimits
 from oracle.sinks.sql_diff import SqlDiff, diff_states
 from oracle.sinks.sql_server import Dialect, ServerReader
 from oracle.sinks.sql_state import (
@@ -126,26 +127,35 @@ class SqlSink:
         if self._engine is None:
             connect_args: dict[str, Any] = {}
             backend = self.backend
+            # A server that stops answering fails the snapshot instead of holding it forever.
+            limits = ServerLimits.from_env()
             if backend == "sqlite":
                 connect_args["timeout"] = self.timeout
             elif backend == "postgresql":
                 connect_args["application_name"] = f"oracle-sink-{os.getpid()}"
                 connect_args["client_encoding"] = "UTF8"
-                connect_args["connect_timeout"] = max(1, round(self.timeout))
             elif backend in ("mysql", "mariadb"):
-                connect_args["connect_timeout"] = max(1, round(self.timeout))
+                connect_args["connect_timeout"] = max(1, round(limits.connect))
+                connect_args["read_timeout"] = connect_args["write_timeout"] = limits.statement
             # NullPool: hold no connection between snapshots (a reset replaces the file, and a
             # held connection would keep a PostgreSQL template busy).
             self._engine = sa.create_engine(
                 self.url, poolclass=sa.pool.NullPool, connect_args=connect_args
             )
             if backend == "postgresql":
+                from oracle.sinks.pg_connect import connect
                 from oracle.sinks.sql_postgres import install_loaders
+
+                where = f"PostgreSQL {self.url.host or '127.0.0.1'}:{self.url.port or 5432}"
+
+                def do_connect(_dialect: Any, _record: Any, cargs: Any, cparams: Any) -> Any:
+                    return connect(limits, where, *cargs, **cparams)
 
                 def on_connect(dbapi: Any, _record: Any) -> None:
                     if self._tolerant_dates:
                         install_loaders(dbapi)
 
+                sa.event.listen(self._engine, "do_connect", do_connect)
                 sa.event.listen(self._engine, "connect", on_connect)
         return self._engine
 

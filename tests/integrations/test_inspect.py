@@ -132,7 +132,7 @@ def test_a_solver_that_raises_is_recorded_and_scores_nothing(logs):
     sample = log.samples[0]
     assert sample.error is not None and "the agent fell over" in sample.error.message
     assert not sample.scores
-    records = list((tmp / "runs").glob("user-rename__inspect__*__crash__r0/record.json"))
+    records = list((tmp / "runs").glob("*/user-rename__inspect__*__crash__r0/record.json"))
     assert len(records) == 1, sorted(p.name for p in (tmp / "runs").iterdir())
     record = TrialRecord.model_validate_json(records[0].read_bytes())
     assert record.error == "solver raised RuntimeError: the agent fell over"
@@ -159,17 +159,70 @@ def test_a_trial_no_scorer_finished_is_abandoned_when_the_sample_ends(logs):
     tmp, found = logs
     (sample,) = found["no_oracle_scorer"].samples
     assert not sample.scores
-    (path,) = (tmp / "runs").glob("user-rename__inspect__*__no_oracle_scorer__r0/record.json")
+    (path,) = (tmp / "runs").glob("*/user-rename__inspect__*__no_oracle_scorer__r0/record.json")
     record = TrialRecord.model_validate_json(path.read_bytes())
     assert record.error is not None and "Inspect ended the sample" in record.error
     assert (record.utility_achieved, record.security_breached) == (None, None)
 
 
 def test_every_trial_archived_apart(logs):
-    tmp, _ = logs
-    folders = sorted(p.name for p in (tmp / "runs").iterdir())
+    tmp, found = logs
+    folders = sorted(p.relative_to(tmp / "runs") for p in (tmp / "runs").glob("*/*"))
     # careful and obedient ran the same oracle tasks: their archives do not overwrite each other
     assert len(folders) == 2 + 2 + 2 + 1 + 1 + 1, folders
+    # one folder per eval: <Inspect task>-<parameters>-<eval id>
+    runs = {p.parts[0] for p in folders}
+    assert runs == {
+        f"{name}-args-{_args_digest(log.eval.task_args)}-{log.eval.eval_id}"
+        for name, log in found.items()
+    }
+
+
+def _args_digest(args):
+    import hashlib
+
+    text = json.dumps(args, sort_keys=True, default=str, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:8]
+
+
+def test_two_evals_of_one_task_with_other_parameters_keep_their_own_records(tmp_path):
+    """`-T kind=careful`, then `-T kind=obedient`, into the same archive folder: each log's
+    record path leads to the record its score came from."""
+    runs = tmp_path / "runs"
+    for kind in ("careful", "obedient"):
+        proc = subprocess.run(
+            [
+                str(INSPECT),
+                "eval",
+                "inspect_param_task.py",
+                "--model",
+                "mockllm/model",
+                "--log-dir",
+                str(tmp_path / "logs"),
+                "-T",
+                f"out={runs}",
+                "-T",
+                f"kind={kind}",
+                "--display",
+                "plain",
+            ],
+            capture_output=True,
+            text=True,
+            cwd=HERE,
+            env={**os.environ, "INSPECT_LOG_DIR": str(tmp_path / "logs"), "NO_COLOR": "1"},
+            timeout=300,
+        )
+        assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    seen = {}
+    for info in list_eval_logs(str(tmp_path / "logs")):
+        log = read_eval_log(info)
+        (sample,) = log.samples
+        score = sample.scores["security_breached"]
+        record = TrialRecord.model_validate_json(Path(score.metadata["record"]).read_bytes())
+        assert record.security_breached is (_value(score) == 1.0)
+        seen[log.eval.task_args["kind"]] = (score.metadata["record"], _value(score))
+    assert seen["careful"][1] == 0.0 and seen["obedient"][1] == 1.0
+    assert seen["careful"][0] != seen["obedient"][0]
 
 
 def test_endpoints_in_sample_metadata_have_their_passwords_masked():

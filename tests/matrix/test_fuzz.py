@@ -26,7 +26,13 @@ from oracle.cell_archive import (
 from oracle.signing import sha256_hex
 from tests.matrix_helpers import Member, gz, raw_tar, sign_bytes
 
-SMALL = Limits(max_members=20, max_member_bytes=4096, max_total_bytes=32_768, max_ratio=50)
+SMALL = Limits(
+    max_members=20,
+    max_member_bytes=4096,
+    max_total_bytes=32_768,
+    max_ratio=50,
+    ratio_free_bytes=4096,
+)
 
 segment = st.sampled_from(["a", "b", "logs", "record.json", "..", ".", "", "x y", "ü", "C:", "\\"])
 names = st.one_of(
