@@ -32,7 +32,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from oracle.canonical import digest_json
-from oracle.sinks.sql_diff import SqlDiff, diff_states
+from oracle.sinks.sql_diff import ABSENT, SqlDiff, diff_states
 from oracle.sinks.sql_server import Dialect, ServerReader
 from oracle.sinks.sql_state import (
     KIND,
@@ -46,7 +46,7 @@ from oracle.snapshot import Snapshot, SnapshotError
 
 SERVER_BACKENDS = ("postgresql", "mysql", "mariadb")
 
-__all__ = ["ColumnInfo", "SchemaObject", "SqlDiff", "SqlSink", "SqlState", "TableState"]
+__all__ = ["ABSENT", "ColumnInfo", "SchemaObject", "SqlDiff", "SqlSink", "SqlState", "TableState"]
 
 
 def _type_name(col_type: Any, dialect: sa.Dialect) -> str:
