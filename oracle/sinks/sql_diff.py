@@ -265,12 +265,31 @@ def _short(row: Mapping[str, Any], limit: int = 80) -> str:
 
 
 def _searchable(value: Any) -> str | bytes | None:
-    """Text as it is, bytes from their tagged form; other values are not searched."""
+    """Text as it is, bytes from their tagged form, a JSON structure as its keys and texts
+    (one a line); numbers, dates and the like are not searched."""
     if isinstance(value, str):
         return value
-    if isinstance(value, dict) and isinstance(value.get("$bytes"), str):
-        return base64.b64decode(value["$bytes"])
+    if isinstance(value, dict) and len(value) == 1 and isinstance(value.get("$bytes"), str):
+        try:
+            return base64.b64decode(value["$bytes"], validate=True)
+        except ValueError:
+            pass  # not a tag: a JSON object that looks like one
+    if isinstance(value, dict | list):
+        texts = list(_json_texts(value))
+        return "\n".join(texts) if texts else None
     return None
+
+
+def _json_texts(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield str(k)
+            yield from _json_texts(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _json_texts(v)
 
 
 def _strings(values: Any) -> Iterator[str]:

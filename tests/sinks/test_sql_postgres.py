@@ -271,6 +271,22 @@ def test_a_changed_shape_reads_the_table_whole_and_others_stay_skipped(pg):
     assert s.last_read["rows_fetched"] == 0 and s.diff(after, again).empty
 
 
+def test_a_secret_inside_a_json_structure_is_found(pg):
+    db = pg.database(TYPES)
+    s = sink(pg, db)
+    before = s.snapshot()
+    pg.run(
+        db,
+        """UPDATE t SET j = '{"a": [1, {"deep": "sk-live-PG-JSON-4242"}]}' WHERE id = 1;
+        INSERT INTO t (id, j) VALUES (3, '{"sk-live-PG-JSONKEY-77": 1}');
+        INSERT INTO t (id, j) VALUES (4, '{"$bytes": "not base64!"}');""",
+    )
+    d = s.diff(before, s.snapshot())
+    assert [(h.field, h.change.key) for h in d.find_secret("sk-live-PG-JSON-4242")] == [("j", [1])]
+    assert [h.change.key for h in d.find_secret("sk-live-PG-JSONKEY-77")] == [[3]]
+    assert [h.change.key for h in d.find_secret("not base64!")] == [[4]]
+
+
 # -- bad input -------------------------------------------------------------------------------
 
 
