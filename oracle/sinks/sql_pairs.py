@@ -39,6 +39,8 @@ type Way = tuple[Callable[[Key, Row], Key], Callable[[Key, Row], Key]]
 
 #: Numbers whose exponent is past this are compared in exponent form, not written out.
 _LONGEST = 64
+#: Normalises any decimal the database can hold without rounding or overflow.
+_EXACT = decimal.Context(prec=decimal.MAX_PREC, Emax=decimal.MAX_EMAX, Emin=decimal.MIN_EMIN)
 
 
 def key_order(key: Key) -> tuple[Any, ...]:
@@ -166,6 +168,7 @@ def _loose(value: Any) -> Any:
         return text
     if not number.is_finite() or (isinstance(value, float) and not math.isfinite(value)):
         return text.lower()
+    number = number.normalize(_EXACT)
     if abs(number.adjusted()) > _LONGEST:  # written out in full it would be huge
-        return str(number.normalize())
-    return format(number.normalize(), "f")
+        return str(number)
+    return format(number, "f")
