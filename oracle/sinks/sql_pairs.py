@@ -5,9 +5,9 @@ renamed or retyped; the table dropped and re-created under the same name with ot
 still diffed row by row: `pair_rows` pairs its rows, and the diff compares each pair column by
 column, a column that one side lacks reading as absent there.
 
-Rows pair by the first of these ways that applies, each tried on the rows still unpaired, first
-with exact values and then with loose ones (``1`` pairs with ``'1'`` and ``1.0``, so a key
-retyped from integer to text keeps its rows):
+Rows pair by each of these ways that applies, in this order, each tried on the rows still
+unpaired, first with exact values and then with loose ones (``1`` pairs with ``'1'`` and
+``1.0``, so a key retyped from integer to text keeps its rows):
 
 1. the key, when both sides have one with the same column names;
 2. the old key's columns, when the new table still has them (the key was widened or moved);
@@ -18,8 +18,9 @@ retyped from integer to text keeps its rows):
 
 A value pairs two rows only when it occurs once on each side (the fifth way excepted); a row
 that pairs with nothing is a row removed or added. However the rows pair, every value the table
-holds after the run is in the diff (as a field that changed, a column that appeared, or a row
-added): pairing decides how a change is described, never whether it is seen.
+holds after the run that its row did not hold before is in the diff (as a field that changed, a
+column that appeared, or a row added): pairing decides how a change is described, never
+whether it is seen.
 """
 
 from __future__ import annotations
