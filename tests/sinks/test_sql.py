@@ -333,8 +333,8 @@ def test_a_multiset_with_an_added_column_pairs_equal_rows(db):
     ]
 
 
-def test_a_table_whose_shape_did_not_change_still_skips_unchanged_rows(db):
-    # NOT NULL changes the column, not its values: no row is reported.
+def test_a_column_made_not_null_reports_only_rows_whose_values_changed(db):
+    # NOT NULL changes the column, not its values: only the row updated is reported.
     d = diff_after(
         db,
         """
