@@ -8,6 +8,13 @@ Where the database computed the digests, a chunk whose digest moved while every 
 the same before and after means a change the reading could not show (two stored values that
 were read alike): the diff then raises `IncompleteEvidenceError` naming the table, so the trial's
 verdicts are unknown rather than built on "nothing changed".
+
+A table whose shape changed (a column added, renamed, retyped or dropped, its key changed, or
+the table dropped and re-created with other columns) is diffed row by row too: its rows are
+paired (`oracle.sinks.sql_pairs`) and every column either side has is compared. A column one
+side lacks reads as `ABSENT` there, so a column added during the run shows on every existing
+row as ``x: absent → value``, a dropped one as ``x: value → absent``, a renamed one as both.
+In an archive an absent side is the key left out of the field's change (``{"new": "v"}``).
 """
 
 from __future__ import annotations
@@ -18,16 +25,41 @@ import json
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
+from enum import Enum
 from typing import Any, ClassVar, Literal
 
 from deepdiff import DeepDiff
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
 
 from oracle.canonical import Json, row_digest, to_jsonable
 from oracle.diff import Change, Content, IncompleteEvidenceError, SinkDiff
 from oracle.frozen import freeze
-from oracle.query import matches
+from oracle.query import UnknownFieldError, matches
+from oracle.sinks.sql_pairs import key_order, pair_rows
 from oracle.sinks.sql_state import ColumnInfo, SchemaObject, SqlState, TableState
+
+
+class Absent(Enum):
+    """The value of a column a row does not have on one side of a change: a column added
+    during the run (absent before) or dropped (absent after). Not SQL NULL, which is `None`.
+    Compare with ``is``::
+
+        f = change.fields["x"]
+        f.old is ABSENT          # the column x did not exist before the run
+
+    It is falsy and shows as ``absent``."""
+
+    ABSENT = "absent"
+
+    def __repr__(self) -> str:
+        return "absent"
+
+    def __bool__(self) -> bool:
+        return False
+
+
+#: The one `Absent` value.
+ABSENT = Absent.ABSENT
 
 
 def _key_text(key: Sequence[Any] | None) -> str:
@@ -70,25 +102,42 @@ class RowRemoved(Change):
 
 
 class FieldChange(BaseModel):
-    """One column of one row: the old and new value, and for JSON values a structural diff."""
+    """One column of one row: the old and new value, and for JSON values a structural diff.
+
+    ``old`` is `ABSENT` when the column did not exist before the run (added, or the new name
+    of a renamed column), ``new`` when it no longer exists after it (dropped, or the old
+    name). As JSON, an absent side is left out: ``{"new": "v", "detail": null}``."""
 
     model_config = ConfigDict(frozen=True)
 
-    old: Any
-    new: Any
+    old: Any = ABSENT
+    new: Any = ABSENT
     detail: dict[str, Any] | None = None
 
     def model_post_init(self, context: Any, /) -> None:
+        if self.old is ABSENT and self.new is ABSENT:
+            raise ValueError("a field change needs an old or a new value (both are absent)")
         for name in ("old", "new", "detail"):
             object.__setattr__(self, name, freeze(getattr(self, name)))
 
+    @model_serializer(mode="wrap")
+    def _leave_out_absent(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        out: dict[str, Any] = handler(self)
+        for name in ("old", "new"):
+            if getattr(self, name) is ABSENT:
+                del out[name]
+        return out
+
 
 class RowChanged(Change):
-    """A row whose key is in the table before and after, with at least one field changed."""
+    """A row that is in the table before and after, with at least one field changed. Its
+    ``key`` is the key after the run; None for a table without one (a multiset, whose rows
+    pair only across a change of its columns: see `oracle.sinks.sql_pairs`). ``before`` and
+    ``row`` are the whole row before and after, each with the columns it had then."""
 
     change: Literal["row_changed"] = "row_changed"
     table: str
-    key: list[Any]
+    key: list[Any] | None
     fields: dict[str, FieldChange]
     before: dict[str, Any]
     row: dict[str, Any]
@@ -216,12 +265,31 @@ def _short(row: Mapping[str, Any], limit: int = 80) -> str:
 
 
 def _searchable(value: Any) -> str | bytes | None:
-    """Text as it is, bytes from their tagged form; other values are not searched."""
+    """Text as it is, bytes from their tagged form, a JSON structure as its keys and texts
+    (one a line); numbers, dates and the like are not searched."""
     if isinstance(value, str):
         return value
-    if isinstance(value, dict) and isinstance(value.get("$bytes"), str):
-        return base64.b64decode(value["$bytes"])
+    if isinstance(value, dict) and len(value) == 1 and isinstance(value.get("$bytes"), str):
+        try:
+            return base64.b64decode(value["$bytes"], validate=True)
+        except ValueError:
+            pass  # not a tag: a JSON object that looks like one
+    if isinstance(value, dict | list):
+        texts = list(_json_texts(value))
+        return "\n".join(texts) if texts else None
     return None
+
+
+def _json_texts(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield str(k)
+            yield from _json_texts(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _json_texts(v)
 
 
 def _strings(values: Any) -> Iterator[str]:
@@ -282,7 +350,12 @@ class SqlDiff(SinkDiff):
         self, table: str, *columns: str, was: Mapping[str, Any] | None = None, **where: Any
     ) -> list[RowChanged]:
         """Rows of `table` changed in any of `columns` (any column if none named), whose new
-        values match `where` and whose old values match `was`."""
+        values match `where` and whose old values match `was`.
+
+        A column added or dropped during the run is a changed field of every row (its value
+        against `ABSENT`). A row that lacks a column `where` or `was` names, because the column
+        was added or dropped during the run, cannot be matched on it: that raises, so the
+        metric is unknown rather than false."""
         self._check(table)
         out = []
         for c in self.of_type(RowChanged):
@@ -290,9 +363,9 @@ class SqlDiff(SinkDiff):
                 continue
             if columns and not any(col in c.fields for col in columns):
                 continue
-            if not matches(c.row, where, f"table {table!r}"):
+            if not _row_matches(c, c.row, where, "after"):
                 continue
-            if was and not matches(c.before, was, f"table {table!r}"):
+            if was and not _row_matches(c, c.before, was, "before"):
                 continue
             out.append(c)
         return out
@@ -308,9 +381,20 @@ class SqlDiff(SinkDiff):
         return [c for c in self.changes if not isinstance(c, row_types)]
 
 
-def _order(key: tuple[Any, ...]) -> tuple[Any, ...]:
-    """A total order over keys that may mix types (NULL, numbers, text, bytes)."""
-    return tuple((v is None, type(v).__name__, 0 if v is None else v) for v in key)
+def _row_matches(
+    c: RowChanged, row: Mapping[str, Any], where: Mapping[str, Any], when: str
+) -> bool:
+    for column in where:
+        f = c.fields.get(column)
+        if column not in row and f is not None:
+            what = "added" if when == "before" else "dropped or renamed"
+            raise UnknownFieldError(
+                f"table {c.table!r}: column {column!r} was {what} during the run, so row "
+                f"{_key_text(c.key)} has no value for it {when} the run and whether it matches "
+                f"{where[column]!r} is unknown (ask which rows have it with "
+                f"changed({c.table!r}, {column!r}) and read the field's old and new values)"
+            )
+    return matches(row, where, f"table {c.table!r}")
 
 
 #: Types whose ``==`` tells every two values apart that the row digest tells apart.
@@ -399,64 +483,40 @@ def _differing_chunks(b: TableState, a: TableState) -> tuple[TableState, TableSt
 
 
 def _row_changes(b: TableState, a: TableState) -> list[Change]:
+    if b.columns != a.columns or b.primary_key != a.primary_key:
+        return _reshaped_row_changes(b, a)
     parts = _differing_chunks(b, a)
     if parts is not None:
         b, a = parts
     out: list[Change] = []
-    same_columns = b.column_names == a.column_names
-    if b.keyed and a.keyed and b.primary_key == a.primary_key:
-        common = [c for c in a.column_names if c in set(b.column_names)]
-        bi = [b.column_names.index(c) for c in common]
-        ai = [a.column_names.index(c) for c in common]
-        json_cols = {c.name for c in a.columns if c.is_json} | {
-            c.name for c in b.columns if c.is_json
-        }
+    if b.keyed and a.keyed:
+        columns = [(name, i, i) for i, name in enumerate(a.column_names)]
+        json_cols = {c.name for c in a.columns if c.is_json}
         bd, ad = b.digests, a.digests
         # Set differences of (key, digest) pairs run in C: the cost of an unchanged row is one
         # hash lookup, and only differing rows are looked at in Python.
-        differing = {k for k, _ in ad.items() - bd.items()} if same_columns else set(ad)
-        for k in sorted(bd.keys() - ad.keys(), key=_order):
+        differing = {k for k, _ in ad.items() - bd.items()}
+        for k in sorted(bd.keys() - ad.keys(), key=key_order):
             out.append(RowRemoved(table=b.name, key=b.key_json(k), row=b.as_dict(b.rows[k])))
         changed: list[RowChanged] = []
-        for k in sorted(differing, key=_order):
+        for k in sorted(differing, key=key_order):
             if k not in bd:
                 out.append(RowAdded(table=a.name, key=a.key_json(k), row=a.as_dict(a.rows[k])))
                 continue
-            old_row, new_row = b.rows[k], a.rows[k]
-            fields: dict[str, FieldChange] = {}
-            for name, i, j in zip(common, bi, ai, strict=True):
-                ov, nv = old_row[i], new_row[j]
-                if not _same(ov, nv):
-                    fields[name] = FieldChange(
-                        old=to_jsonable(ov),
-                        new=to_jsonable(nv),
-                        detail=_json_detail(ov, nv) if name in json_cols else None,
-                    )
-            if fields:
-                changed.append(
-                    RowChanged(
-                        table=a.name,
-                        key=a.key_json(k) or [],
-                        fields=fields,
-                        before=b.as_dict(old_row),
-                        row=a.as_dict(new_row),
-                    )
-                )
+            row_changed = _row_changed(b, a, k, k, columns, json_cols)
+            if row_changed is not None:
+                changed.append(row_changed)
         out.extend(changed)
         return out
-    # Multisets (or a key that changed): compare rows projected on the shared columns.
-    common = [c for c in a.column_names if c in set(b.column_names)]
-    bi = [b.column_names.index(c) for c in common]
-    ai = [a.column_names.index(c) for c in common]
 
-    def bag(t: TableState, idx: list[int]) -> dict[bytes, list[tuple[Any, ...]]]:
+    # A multiset on either side: rows are their own identity.
+    def bag(t: TableState) -> dict[bytes, list[tuple[Any, ...]]]:
         out_bag: dict[bytes, list[tuple[Any, ...]]] = {}
         for row in t.rows.values():
-            proj = tuple(row[i] for i in idx)
-            out_bag.setdefault(row_digest(proj), []).append(row)
+            out_bag.setdefault(row_digest(row), []).append(row)
         return out_bag
 
-    bb, ab = bag(b, bi), bag(a, ai)
+    bb, ab = bag(b), bag(a)
     for d, rows in bb.items():
         for row in rows[len(ab.get(d, ())) :]:
             out.append(RowRemoved(table=b.name, key=None, row=b.as_dict(row)))
@@ -464,6 +524,72 @@ def _row_changes(b: TableState, a: TableState) -> list[Change]:
         for row in rows[len(bb.get(d, ())) :]:
             out.append(RowAdded(table=a.name, key=None, row=a.as_dict(row)))
     return out
+
+
+def _reshaped_row_changes(b: TableState, a: TableState) -> list[Change]:
+    """The rows of a table whose columns or key changed: paired (`sql_pairs.pair_rows`),
+    then compared over every column either side has, a missing one reading as `ABSENT`."""
+    pairing = pair_rows(b, a)
+    out: list[Change] = [
+        RowRemoved(table=b.name, key=b.key_json(k), row=b.as_dict(b.rows[k]))
+        for k in pairing.removed
+    ]
+    out.extend(
+        RowAdded(table=a.name, key=a.key_json(k), row=a.as_dict(a.rows[k])) for k in pairing.added
+    )
+    before_at = {name: i for i, name in enumerate(b.column_names)}
+    after_at = {name: j for j, name in enumerate(a.column_names)}
+    columns: list[tuple[str, int | None, int | None]] = [
+        (name, before_at.get(name), j) for name, j in after_at.items()
+    ]
+    columns += [(name, i, None) for name, i in before_at.items() if name not in after_at]
+    json_cols = {c.name for c in (*a.columns, *b.columns) if c.is_json}
+    # With the same column names, a row whose digest did not move did not change.
+    unchanged_if_same_digest = b.column_names == a.column_names
+    for bk, ak in pairing.pairs:
+        if unchanged_if_same_digest and b.digests[bk] == a.digests[ak]:
+            continue
+        row_changed = _row_changed(b, a, bk, ak, columns, json_cols)
+        if row_changed is not None:
+            out.append(row_changed)
+    return out
+
+
+def _row_changed(
+    b: TableState,
+    a: TableState,
+    bk: tuple[Any, ...],
+    ak: tuple[Any, ...],
+    columns: Sequence[tuple[str, int | None, int | None]],
+    json_cols: set[str],
+) -> RowChanged | None:
+    """The change from row `bk` of `b` to row `ak` of `a` over `columns` (name, position
+    before, position after; None where that side lacks it), or None when no field differs."""
+    old_row, new_row = b.rows[bk], a.rows[ak]
+    fields: dict[str, FieldChange] = {}
+    for name, i, j in columns:
+        if i is None:
+            assert j is not None
+            fields[name] = FieldChange(old=ABSENT, new=to_jsonable(new_row[j]))
+        elif j is None:
+            fields[name] = FieldChange(old=to_jsonable(old_row[i]), new=ABSENT)
+        else:
+            ov, nv = old_row[i], new_row[j]
+            if not _same(ov, nv):
+                fields[name] = FieldChange(
+                    old=to_jsonable(ov),
+                    new=to_jsonable(nv),
+                    detail=_json_detail(ov, nv) if name in json_cols else None,
+                )
+    if not fields:
+        return None
+    return RowChanged(
+        table=a.name,
+        key=a.key_json(ak),
+        fields=fields,
+        before=b.as_dict(old_row),
+        row=a.as_dict(new_row),
+    )
 
 
 def _schema_changes(b: TableState, a: TableState) -> list[Change]:
@@ -516,6 +642,8 @@ def diff_states(sink: str, before: SqlState, after: SqlState) -> SqlDiff:
 
 
 __all__ = [
+    "ABSENT",
+    "Absent",
     "ColumnAdded",
     "ColumnAltered",
     "ColumnRemoved",

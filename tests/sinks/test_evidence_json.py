@@ -28,6 +28,7 @@ from oracle.diff import IncompleteEvidenceError
 from oracle.fixtures.folder import Dir, File, Link
 from oracle.proxies.jail import Attempt
 from oracle.sinks.reply import ReplyNotCaptured, ReplySink
+from oracle.sinks.sql_diff import ABSENT
 from oracle.snapshot import EvidenceFormatError, snapshot_from_json
 from tests.roundtrip import Observed, observe, rebuild, rebuilt_snapshot, same
 
@@ -200,6 +201,71 @@ def test_sql_round_trip_answers_every_query_alike(backend, request):
     assert all(k[0] == row_digest(r) for k, r in log.rows.items())
     assert state(back).tables["acct"].chunks is None
     assert (state(back).tables["acct"].chunking is None) == (backend == "sqlite")
+
+
+# Columns added, renamed and dropped, on a keyed table and on one without a key.
+SQL_SHAPE_CHANGES = {
+    "sqlite": [
+        "ALTER TABLE acct ADD COLUMN memo TEXT",
+        f"UPDATE acct SET memo = '{SECRET}' WHERE id = 3",
+        "ALTER TABLE acct RENAME COLUMN note TO remark",
+        "ALTER TABLE log ADD COLUMN tag TEXT",
+        "ALTER TABLE pair DROP COLUMN v",
+    ],
+    "postgres": [
+        "ALTER TABLE acct ADD COLUMN memo text",
+        f"UPDATE acct SET memo = '{SECRET}' WHERE id = 3",
+        "ALTER TABLE acct RENAME COLUMN note TO remark",
+        "ALTER TABLE log ADD COLUMN tag text",
+        "ALTER TABLE pair DROP COLUMN v",
+    ],
+    "mariadb": [
+        "ALTER TABLE acct ADD COLUMN memo text",
+        f"UPDATE acct SET memo = '{SECRET}' WHERE id = 3",
+        "ALTER TABLE acct RENAME COLUMN note TO remark",
+        "ALTER TABLE log ADD COLUMN tag text",
+        "ALTER TABLE pair DROP COLUMN v",
+    ],
+}
+
+
+@pytest.mark.parametrize(
+    "backend",
+    [
+        "sqlite",
+        pytest.param("postgres", marks=pytest.mark.services),
+        pytest.param("mariadb", marks=pytest.mark.services),
+    ],
+)
+def test_sql_shape_changes_round_trip_with_absent_fields(backend, request):
+    def act(view, sb):
+        for statement in SQL_SHAPE_CHANGES[backend]:
+            view.sql("db", statement)
+
+    live = observe([sql_spec(backend, request)], act)
+    back = rebuild(live)
+    d = lambda o: o.diff.sql("db")  # noqa: E731
+    for t in ("acct", "log", "pair"):
+        same(live, back, lambda o, t=t: d(o).changed(t))
+        same(live, back, lambda o, t=t: d(o).added(t))
+        same(live, back, lambda o, t=t: d(o).removed(t))
+    (memo,) = same(live, back, lambda o: d(o).changed("acct", memo=SECRET))
+    assert memo.key == [3]
+    for o in (live, back):
+        (c,) = d(o).changed("acct", memo=SECRET)
+        assert c.fields["memo"].old is ABSENT and c.fields["remark"].old is ABSENT
+        assert c.fields["note"].new is ABSENT and c.fields["note"].old == ""
+        assert all(c.key is None for c in d(o).changed("log"))
+        assert all(
+            set(c.fields) == {"v"} and c.fields["v"].new is ABSENT for c in d(o).changed("pair")
+        )
+    assert len(same(live, back, lambda o: d(o).changed("log"))) == 3
+    hits = same(live, back, lambda o: d(o).find_secret(SECRET))
+    assert [(h.field, h.change.key) for h in hits] == [("memo", [3])]
+    assert "was dropped or renamed" in same(live, back, lambda o: d(o).changed("acct", note=""))
+    archived_fields = live.diff.to_json()["db"]["changes"]
+    memo_json = next(c for c in archived_fields if c.get("key") == [3])["fields"]["memo"]
+    assert memo_json == {"new": SECRET, "detail": None}
 
 
 @pytest.mark.services

@@ -11,6 +11,7 @@ import pytest
 
 from oracle.sinks.sql import SqlSink
 from oracle.sinks.sql_diff import (
+    ABSENT,
     ColumnAdded,
     ColumnAltered,
     ColumnRemoved,
@@ -217,7 +218,12 @@ def test_columns_added_dropped_altered(db):
     )
     assert [c.column.name for c in d.of_type(ColumnAdded)] == ["email"]
     assert [c.column.name for c in d.of_type(ColumnRemoved)] == ["score"]
-    assert d.changed("users") == []  # no value in a shared column changed
+    # Every existing row shows both columns: the new one against absent, the old one gone.
+    rows = {tuple(c.key): c.fields for c in d.changed("users")}
+    assert rows[(1,)]["email"].old is ABSENT and rows[(1,)]["email"].new is None
+    assert rows[(1,)]["score"].old == 1.5 and rows[(1,)]["score"].new is ABSENT
+    assert rows[(2,)]["score"].old is None and rows[(2,)]["score"].new is ABSENT
+    assert sorted(rows) == [(1,), (2,)] and all(set(f) == {"email", "score"} for f in rows.values())
     d2 = diff_after(
         db,
         """
@@ -228,6 +234,118 @@ def test_columns_added_dropped_altered(db):
     )
     altered = d2.of_type(ColumnAltered)
     assert [(c.column, c.old.type, c.new.type) for c in altered] == [("name", "TEXT", "BLOB")]
+
+
+def test_a_value_in_an_added_column_is_a_changed_field_and_searched(db):
+    d = diff_after(
+        db,
+        """
+        ALTER TABLE users ADD COLUMN note TEXT;
+        UPDATE users SET note = 'sk-live-ADDED-4242' WHERE id = 2;
+    """,
+    )
+    (hit,) = d.find_secret("sk-live-ADDED-4242")
+    assert (hit.field, hit.encoding) == ("note", "raw")
+    (c,) = d.changed("users", "note", note="sk-live-ADDED-4242")
+    assert c.key == [2] and c.fields["note"].old is ABSENT
+    assert "note" not in c.before and c.row["note"] == "sk-live-ADDED-4242"
+    assert "users[2] note: absent → 'sk-live-ADDED-4242'" in c.summary()
+    # Asking for the old value of a column that did not exist is unknown, not a non-match.
+    with pytest.raises(KeyError, match="column 'note' was added during the run"):
+        d.changed("users", "note", was={"note": None})
+
+
+def test_a_renamed_column_shows_its_values_under_both_names(db):
+    d = diff_after(
+        db,
+        """
+        ALTER TABLE users RENAME COLUMN role TO grade;
+        UPDATE users SET grade = 'admin' WHERE id = 2;
+    """,
+    )
+    (c1, c2) = d.changed("users", "grade")
+    assert (c1.fields["role"].old, c1.fields["role"].new) == ("viewer", ABSENT)
+    assert (c1.fields["grade"].old, c1.fields["grade"].new) == (ABSENT, "viewer")
+    assert c2.fields["grade"].new == "admin" and c2.row["grade"] == "admin"
+    assert d.changed("users", grade="admin") == [c2]
+    # `role` no longer exists after the run: a row cannot be said to have role='admin' or not.
+    with pytest.raises(KeyError, match="column 'role' was dropped or renamed during the run"):
+        d.changed("users", "role", role="admin")
+
+
+def test_a_retyped_key_keeps_its_rows(db):
+    d = diff_after(
+        db,
+        """
+        CREATE TABLE t2 (id TEXT PRIMARY KEY, name TEXT, role TEXT, score REAL, meta JSON);
+        INSERT INTO t2 SELECT CAST(id AS TEXT), name, role, score, meta FROM users;
+        DROP TABLE users; ALTER TABLE t2 RENAME TO users;
+        UPDATE users SET role = 'admin' WHERE id = '2';
+    """,
+    )
+    assert d.removed("users") == [] and d.added("users") == []
+    (c,) = d.changed("users", "role", role="admin")
+    assert c.key == ["2"] and (c.fields["id"].old, c.fields["id"].new) == (2, "2")
+    assert [x.key for x in d.changed("users")] == [["1"], ["2"]]
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "PRIMARY KEY (uid)",  # the key column renamed
+        "PRIMARY KEY (uid, name)",  # and the key widened
+    ],
+)
+def test_a_table_recreated_with_other_columns_is_diffed_row_by_row(db, key):
+    d = diff_after(
+        db,
+        f"""
+        DROP TABLE users;
+        CREATE TABLE users (uid INTEGER, name TEXT, role TEXT, note TEXT, {key});
+        INSERT INTO users VALUES (1, 'ada', 'viewer', 'sk-live-RECREATED-77'),
+                                 (2, 'bob', 'viewer', NULL);
+    """,
+    )
+    assert d.removed("users") == [] and d.added("users") == []
+    (hit,) = d.find_secret("sk-live-RECREATED-77")
+    assert hit.field == "note"
+    first = d.changed("users")[0]
+    assert (first.fields["id"].old, first.fields["id"].new) == (1, ABSENT)
+    assert (first.fields["uid"].old, first.fields["uid"].new) == (ABSENT, 1)
+    assert first.fields["note"].new == "sk-live-RECREATED-77"
+
+
+def test_a_multiset_with_an_added_column_pairs_equal_rows(db):
+    d = diff_after(
+        db,
+        """
+        ALTER TABLE log ADD COLUMN who TEXT;
+        UPDATE log SET who = 'sk-live-LOG-31337' WHERE line = 'world';
+    """,
+    )
+    changed = d.changed("log")
+    assert [c.key for c in changed] == [None, None, None]
+    assert sorted(c.fields["who"].new or "" for c in changed) == ["", "", "sk-live-LOG-31337"]
+    assert d.added("log") == [] and d.removed("log") == []
+    assert [h.field for h in d.find_secret("sk-live-LOG-31337")] == ["who"]
+    assert "row changed  log[(no key)] who: absent → 'sk-live-LOG-31337'" in [
+        c.summary() for c in changed
+    ]
+
+
+def test_a_column_made_not_null_reports_only_rows_whose_values_changed(db):
+    # NOT NULL changes the column, not its values: only the row updated is reported.
+    d = diff_after(
+        db,
+        """
+        CREATE TABLE t2 (id INTEGER PRIMARY KEY, name TEXT NOT NULL, role TEXT, score REAL,
+                         meta JSON);
+        INSERT INTO t2 SELECT * FROM users;
+        DROP TABLE users; ALTER TABLE t2 RENAME TO users;
+        UPDATE users SET role = 'admin' WHERE id = 1;
+    """,
+    )
+    assert [c.key for c in d.changed("users")] == [[1]]
 
 
 def test_indexes_views_and_triggers_are_schema(db):

@@ -11,6 +11,7 @@ import pytest
 
 from oracle.diff import IncompleteEvidenceError
 from oracle.sinks.sql import SqlSink
+from oracle.sinks.sql_diff import ABSENT
 from oracle.snapshot import SnapshotError
 
 pytestmark = pytest.mark.services
@@ -80,6 +81,34 @@ def test_json_and_keyless_tables(maria):
     (c,) = d.changed("t", "j")
     assert "root['c']" in c.fields["j"].detail["dictionary_item_added"]
     assert [r.row for r in d.removed("log")] == [{"line": "a"}]
+
+
+def test_a_changed_shape_reads_the_table_whole_and_shows_on_every_row(maria):
+    db = maria.database(
+        BIG + "CREATE TABLE other (id int PRIMARY KEY, v text);"
+        "INSERT INTO other SELECT seq, 'v' FROM seq_1_to_3000;"
+    )
+    s = sink(maria, db)
+    before = s.snapshot()
+    maria.run(
+        db,
+        "ALTER TABLE big ADD COLUMN note text, RENAME COLUMN n TO m, MODIFY v varchar(60);"
+        "UPDATE big SET note = 'sk-live-MARIA-ADDED-0099' WHERE id = 4444;"
+        "UPDATE big SET v = 'sk-live-MARIA-RETYPED-0098' WHERE id = 4445;",
+    )
+    after = s.snapshot()
+    assert s.last_read["rows_fetched"] == 6000
+    assert s.last_read["chunks_reused"] == len(after.state.tables["other"].chunks)
+    d = s.diff(before, after)
+    assert len(d.changed("big")) == 6000 and not d.touched("other")
+    (hit,) = d.find_secret("sk-live-MARIA-ADDED-0099")
+    assert hit.change.key == [4444] and hit.change.fields["note"].old is ABSENT
+    (hit,) = d.find_secret("sk-live-MARIA-RETYPED-0098")
+    assert hit.change.fields["v"].old == "row 4445"
+    (c,) = d.changed("big", "v", v=re.compile("RETYPED"))
+    assert set(c.fields) == {"v", "note", "n", "m"}
+    again = s.snapshot()
+    assert s.last_read["rows_fetched"] == 0 and s.diff(after, again).empty
 
 
 def test_triggers_are_schema_objects(maria):

@@ -10,7 +10,14 @@ import pytest
 
 from oracle.canonical import JSON_NULL, to_jsonable
 from oracle.sinks.sql import SqlSink
-from oracle.sinks.sql_diff import ObjectAdded, ObjectAltered, RowAdded, RowChanged, RowRemoved
+from oracle.sinks.sql_diff import (
+    ABSENT,
+    ObjectAdded,
+    ObjectAltered,
+    RowAdded,
+    RowChanged,
+    RowRemoved,
+)
 from oracle.snapshot import SnapshotError
 
 pytestmark = pytest.mark.services
@@ -228,6 +235,56 @@ def test_schema_changes_and_triggers_are_seen(pg):
     pg.run(db, "ALTER TABLE big ENABLE TRIGGER spy")
     d = s.diff(before, s.snapshot())
     assert any(isinstance(c, ObjectAltered) and c.new.type == "trigger" for c in d)
+
+
+def test_a_changed_shape_reads_the_table_whole_and_others_stay_skipped(pg):
+    db = pg.database(
+        BIG + "CREATE TABLE other (id int PRIMARY KEY, v text);"
+        "INSERT INTO other SELECT g, 'v' FROM generate_series(1, 3000) g;"
+    )
+    s = sink(pg, db)
+    before = s.snapshot()
+    pg.run(
+        db,
+        "ALTER TABLE big ADD COLUMN note text;"
+        "UPDATE big SET note = 'sk-live-PG-ADDED-0099' WHERE id = 7777;"
+        "ALTER TABLE big RENAME COLUMN n TO m;",
+    )
+    after = s.snapshot()
+    read = s.last_read
+    # The changed table is fetched whole (no chunk of the old shape can vouch for the new
+    # one); the table beside it is not fetched at all.
+    assert read["rows_fetched"] == 20000
+    assert read["chunks_reused"] == len(after.state.tables["other"].chunks)
+    d = s.diff(before, after)
+    changed = d.changed("big")
+    assert len(changed) == 20000 and not d.added("big") and not d.removed("big")
+    assert not d.touched("other")
+    (hit,) = d.find_secret("sk-live-PG-ADDED-0099")
+    assert hit.field == "note" and hit.change.key == [7777]
+    f = hit.change.fields
+    assert (f["note"].old, f["note"].new) == (ABSENT, "sk-live-PG-ADDED-0099")
+    assert (f["n"].old, f["n"].new) == (7777 % 7, ABSENT)
+    assert (f["m"].old, f["m"].new) == (ABSENT, 7777 % 7)
+    # The new shape's chunks serve the next snapshot.
+    again = s.snapshot()
+    assert s.last_read["rows_fetched"] == 0 and s.diff(after, again).empty
+
+
+def test_a_secret_inside_a_json_structure_is_found(pg):
+    db = pg.database(TYPES)
+    s = sink(pg, db)
+    before = s.snapshot()
+    pg.run(
+        db,
+        """UPDATE t SET j = '{"a": [1, {"deep": "sk-live-PG-JSON-4242"}]}' WHERE id = 1;
+        INSERT INTO t (id, j) VALUES (3, '{"sk-live-PG-JSONKEY-77": 1}');
+        INSERT INTO t (id, j) VALUES (4, '{"$bytes": "not base64!"}');""",
+    )
+    d = s.diff(before, s.snapshot())
+    assert [(h.field, h.change.key) for h in d.find_secret("sk-live-PG-JSON-4242")] == [("j", [1])]
+    assert [h.change.key for h in d.find_secret("sk-live-PG-JSONKEY-77")] == [[3]]
+    assert [h.change.key for h in d.find_secret("not base64!")] == [[4]]
 
 
 # -- bad input -------------------------------------------------------------------------------
