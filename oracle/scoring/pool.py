@@ -19,7 +19,7 @@ import threading
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from oracle.record import ScoringRecord
 from oracle.scoring.judge import assemble, plan
@@ -43,6 +43,9 @@ class ScorerPool:
     `bubblewrap`: contain the scorers with bubblewrap (None: where it is installed and
     works). Without it a scorer is still a separate process handed only the evidence, but it
     can see the host's files and network; each record's scoring note says so."""
+
+    #: What the records of its trials name as their scoring mode.
+    mode: Literal["sealed", "container"] = "sealed"
 
     def __init__(self, *, bubblewrap: bool | None = None) -> None:
         why = "switched off" if bubblewrap is False else bubblewrap_usable()
@@ -84,13 +87,17 @@ class ScorerPool:
                 self._forget(z)
             elif key == hidden and z.sees(task_file):
                 return z
+        zygote = self._start(self._readable(task_file, hidden), hidden)
+        self._zygotes.append((hidden, zygote))
+        return zygote
+
+    def _readable(self, task_file: Path, hidden: tuple[Path, ...]) -> list[Path]:
+        """What a new zygote for `task_file` binds back read-only."""
         readable = base_binds()
         probe = Zygote(readable, hidden, bubblewrap=self.bubblewrap)
         if not probe.sees(task_file):
             readable.append(task_file.parent)
-        zygote = self._start(readable, hidden)
-        self._zygotes.append((hidden, zygote))
-        return zygote
+        return readable
 
     def _forget(self, zygote: Zygote) -> None:
         self._zygotes = [(k, z) for k, z in self._zygotes if z is not zygote]
@@ -175,15 +182,16 @@ class SealedScorer:
             scorer = self.pool.task_scorer(Path(origin), self.hidden)
         except ScorerError as exc:
             why = f"no scorer process: {exc}"
-            record = ScoringRecord(mode="sealed", isolation="none", note=why)
+            record = ScoringRecord(mode=self.pool.mode, isolation="none", note=why)
             return Scored(unreadable(task, why, refused), record)
         plans = plan(task)
         with scorer.lock:
             done = scorer.judge(task, evidence.bundle, plans, refused, loaded_digest(task))
         outcomes: Outcomes = {mp.metric: assemble(mp, done, refused) for mp in plans}
         record = ScoringRecord(
-            mode="sealed",
+            mode=self.pool.mode,
             isolation=scorer.zygote.isolation,
+            image=scorer.zygote.image,
             note=self.pool.note,
             contained=[r.contained for r in done if r.contained],
         )
