@@ -245,8 +245,9 @@ def test_the_demo_suite_runs_its_agents_as_isolated_commands(tmp_path):
         assert r["utility_achieved"] is True, r["cell"]
 
 
-def test_container_isolation_without_an_engine_is_a_clear_error(tmp_path):
+def test_container_isolation_without_an_engine_is_a_clear_error(tmp_path, monkeypatch):
     pytest.importorskip("docker")
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")
     args = ("trial", str(DEMO), "--task", "user-rename", "--agent", "cmd:true")
     out = oracle(*args, "--isolation", "container", "--image", "alpine", "--out", str(tmp_path))
     assert out.returncode == 2

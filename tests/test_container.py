@@ -1,7 +1,8 @@
 """The container backend: its policy as data, and a clear error where no engine exists.
 
-No Docker engine runs here, so the run path is exercised with a fake client (named so) that
-records what it was asked to do; the engine-missing path uses the real docker SDK."""
+The run path is exercised with a fake client (named so) that records what it was asked to do;
+the engine-missing path uses the real docker SDK pointed at a socket where no engine listens
+(an engine may run on this machine: the container scorer's tests start one)."""
 
 from __future__ import annotations
 
@@ -62,8 +63,9 @@ def test_the_oracles_folders_are_not_mounted():
     assert cfg["network_mode"] == "none"
 
 
-def test_no_engine_is_a_clear_error_and_the_agent_never_started():
+def test_no_engine_is_a_clear_error_and_the_agent_never_started(tmp_path, monkeypatch):
     pytest.importorskip("docker")
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")
     with pytest.raises(RuntimeError, match="no Docker engine is reachable"):
         docker_client()
     task = Task(
