@@ -2,8 +2,9 @@
 
 The container runs the scorer's image (`oracle.scoring.image`, by its ID) with no network, a
 read-only root, every capability dropped, ``no-new-privileges``, a process and a memory limit,
-no IPC namespace of the host's and a small private ``/tmp``; as the oracle's own user, with the
-environment a bubblewrap scorer gets. It sees the image (the Python runtime, the installed
+no IPC namespace of the host's and a small private scratch folder (``TMPDIR``; not on ``/tmp``,
+where the image may hold the runtime); as the oracle's own user, with the environment a
+bubblewrap scorer gets. It sees the image (the Python runtime, the installed
 distributions and the oracle package, at their host paths), the folders of the task files it
 scores, read-only (with the run's hidden folders inside them covered), and one private folder
 that holds the oracle's Unix socket: nothing else of the host — no archive, no key, no home.
@@ -49,6 +50,8 @@ from oracle.scoring.sealed import START_LIMIT, ScorerError, Zygote, import_path,
 
 #: Where the private folder with the oracle's socket is mounted inside the container.
 MEETING = "/run/oracle-scorer"
+#: The container's one writable folder, small and private (its TMPDIR).
+SCRATCH = "/run/oracle-scratch"
 LABEL = "oracle.scorer"
 OWNER_LABEL = "oracle.scorer.owner"
 #: What to do where no engine answers.
@@ -133,7 +136,7 @@ def scorer_config(
         "image": image,
         "command": list(command),
         "user": f"{os.getuid()}:{os.getgid()}",
-        "environment": scorer_env(),
+        "environment": {**scorer_env(), "TMPDIR": SCRATCH},
         "working_dir": "/",
         "network_mode": "none",
         "read_only": True,
@@ -143,7 +146,7 @@ def scorer_config(
         "mem_limit": memory,
         "memswap_limit": memory,
         "ipc_mode": "none",
-        "tmpfs": {"/tmp": "rw,nosuid,nodev,noexec,size=64m"},
+        "tmpfs": {SCRATCH: "rw,nosuid,nodev,noexec,size=64m"},
         "mounts": binds,
         "auto_remove": True,
         "stdin_open": False,
