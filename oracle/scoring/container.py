@@ -319,9 +319,12 @@ class ContainerScorerPool(ScorerPool):
     ) -> None:
         super().__init__(bubblewrap=False)
         self.note = ""
-        client = engine(timeout=900)
-        sweep(client)
-        self.image = scorer_image(client, progress)
+        client = engine(timeout=900)  # an import can take minutes on a slow disk
+        try:
+            sweep(client)
+            self.image = scorer_image(client, progress)
+        finally:
+            client.close()
         self.memory = memory
         self.pids = pids
         self._folders: set[Path] = set()

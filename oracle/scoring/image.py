@@ -14,9 +14,9 @@ inside as it does outside. Two images, built once and then reused:
   their bytecode, one layer committed on top; its tag digests the base's and the package's.
 
 Editing the oracle rebuilds only the scorer layer; another Python or another set of installed
-distributions rebuilds both. Older images of the same environment are removed once a new one
-is built (those a container still uses stay). The image ID (``sha256:…``) is what runs, and
-what a trial's record names.
+distributions rebuilds both. Once a new image is built, the older ones of the same environment
+and those of environments gone from this host are removed (those a container uses stay). The
+image ID (``sha256:…``) is what runs, and what a trial's record names.
 
 Example::
 
@@ -458,14 +458,15 @@ def _build_scorer(client: Any, rt: Runtime, base: Any, digest: str, progress: Pr
 
 
 def _prune(client: Any, rt: Runtime, keep: set[str]) -> None:
-    """Remove this environment's older scorer images (those in use stay)."""
+    """Remove the older scorer images of this environment, and those of environments that are
+    gone from this host (a deleted checkout's); images a container still uses stay."""
     import docker
 
     for repository in (REPOSITORY, BASE_REPOSITORY):
-        for image in client.images.list(
-            name=repository, filters={"label": f"{PREFIX_LABEL}={rt.prefix}"}
-        ):
-            if image.id in keep:
+        for image in client.images.list(name=repository, filters={"label": LABEL}):
+            prefix = (image.labels or {}).get(PREFIX_LABEL, "")
+            ours = prefix == str(rt.prefix)
+            if image.id in keep or not (ours or (prefix and not os.path.exists(prefix))):
                 continue
             with contextlib.suppress(docker.errors.APIError):
                 client.images.remove(image.id, noprune=False)
