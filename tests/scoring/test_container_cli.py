@@ -298,6 +298,7 @@ def test_the_scorers_of_a_run_share_one_container_under_its_policy(tmp_path, eng
     )
     hidden = tasks / "runs"
     (loaded,) = load_tasks([tasks]).tasks
+    sys.modules.pop("helper", None)  # the task's helper module, which later tests write anew
     assert loaded.origin is not None
     with ContainerScorerPool() as pool:
         scorer = pool.task_scorer(Path(loaded.origin), [hidden])
