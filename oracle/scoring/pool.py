@@ -54,6 +54,7 @@ class ScorerPool:
         self._zygotes: list[tuple[tuple[Path, ...], Zygote]] = []
         self._scorers: dict[tuple[int, Path], TaskScorer] = {}
         self._lock = threading.Lock()
+        self._closed = False
 
     def __enter__(self) -> ScorerPool:
         return self
@@ -111,6 +112,8 @@ class ScorerPool:
         key = tuple(sorted({Path(h).absolute() for h in hidden}))
         task_file = task_file.absolute()
         with self._lock:
+            if self._closed:  # a warming thread still going as the run ends starts nothing
+                raise ScorerError("the scorer pool was closed: the run is over")
             zygote = self._zygote(task_file, key)
             scorer = self._scorers.get((id(zygote), task_file))
             if scorer is None:
@@ -136,6 +139,7 @@ class ScorerPool:
 
     def close(self) -> None:
         with self._lock:
+            self._closed = True
             scorers, self._scorers = list(self._scorers.values()), {}
             zygotes, self._zygotes = [z for _, z in self._zygotes], []
         for s in scorers:
