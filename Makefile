@@ -16,7 +16,7 @@ FIND_PYTHON := for p in $(PYTHON_CANDIDATES); do \
 SYSTEM_TOOLS := bwrap:bubblewrap nft:nftables ip:iproute2 nsenter:util-linux sqlite3:sqlite3 \
 	curl:curl swaks:swaks chromium:chromium
 
-.PHONY: help venv system-deps trial test bench lint schema clean agentdojo-controls services
+.PHONY: help venv system-deps trial test bench lint schema clean agentdojo-controls services engine
 
 help:
 	@echo "make trial   run the demo suite with both demo agents and every control"
@@ -26,6 +26,7 @@ help:
 	@echo "make schema  re-export the JSON schemas into schemas/"
 	@echo "make agentdojo-controls  run the controls of every AgentDojo pair (about 12 minutes)"
 	@echo "make services start PostgreSQL, MariaDB, Redis, RabbitMQ where installed but down"
+	@echo "make engine  start a Docker engine for the container scorer (installs docker.io; root)"
 	@echo "make system-deps  install the Debian programs the tests drive (bubblewrap, nftables, curl, swaks, chromium…)"
 
 $(STAMP): pyproject.toml
@@ -93,3 +94,29 @@ services:
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .mypy_cache .ruff_cache
+
+# A Docker engine for the container scorer (`--scorer container`) and its tests: where none
+# answers, install docker.io if dockerd is missing and start dockerd (as root), with no bridge
+# network and no firewall rules (scorer containers run with --network none), then wait until it
+# answers. Best effort, like `services`: a test that needs the engine says it is missing.
+ENGINE_LOG := /var/log/oracle-dockerd.log
+ENGINE_UP := $(BIN)/python -c 'import docker; docker.from_env(timeout=5)' >/dev/null 2>&1
+
+engine: $(STAMP)
+	@if $(ENGINE_UP); then exit 0; fi; \
+	if [ "$$(id -u)" != 0 ]; then \
+	  echo "warning: no Docker engine answers, and starting one needs root;" \
+	       "the container scorer's tests will be skipped" >&2; exit 0; fi; \
+	if ! command -v dockerd >/dev/null 2>&1; then \
+	  if command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing Debian package: docker.io"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker.io >/dev/null; \
+	  fi; \
+	  if ! command -v dockerd >/dev/null 2>&1; then \
+	    echo "warning: dockerd is missing and could not be installed (apt-get install docker.io);" \
+	         "the container scorer's tests will be skipped" >&2; exit 0; fi; \
+	fi; \
+	echo "starting dockerd (log: $(ENGINE_LOG))"; \
+	setsid -f dockerd --bridge=none --iptables=false >$(ENGINE_LOG) 2>&1 </dev/null; \
+	for i in $$(seq 60); do $(ENGINE_UP) && exit 0; sleep 1; done; \
+	echo "warning: dockerd did not answer within 60 s (see $(ENGINE_LOG))" >&2

@@ -192,20 +192,33 @@ def _available(tasks: list[Task]) -> tuple[list[Task], list[str], dict[str, str]
     return kept, problems, skipped
 
 
-SCORERS = ("sealed", "in-process")
+SCORERS = ("sealed", "container", "in-process")
 
 
 def make_scorer(kind: str, hidden: list[Path], tasks: list[Task] | None = None) -> Scorer:
     """The scorer `--scorer` names: ``sealed`` (a process that never holds the transcript,
-    handed only the evidence; it must not see `hidden`) or ``in-process`` (debugging). A
-    sealed scorer's processes are started now for `tasks`, while the first trials run."""
+    handed only the evidence; it must not see `hidden`), ``container`` (the same in a
+    container of a Docker engine; its image is built first where it does not exist yet) or
+    ``in-process`` (debugging). A sealed scorer's processes are started now for `tasks`, while
+    the first trials run."""
     if kind == "in-process":
         return InProcessScorer()
-    if kind != "sealed":
-        raise UsageError(f"--scorer must be {' or '.join(SCORERS)}, not {kind!r}")
-    from oracle.scoring.pool import SealedScorer, shared_pool
+    if kind not in SCORERS:
+        raise UsageError(f"--scorer must be {', '.join(SCORERS)}, not {kind!r}")
+    from oracle.scoring.pool import ScorerPool, SealedScorer, shared_pool
 
-    pool = shared_pool()
+    pool: ScorerPool
+    if kind == "container":
+        from oracle.proxies.container import ContainerEngineMissingError
+        from oracle.scoring.container import shared_container_pool
+        from oracle.scoring.image import ImageBuildError
+
+        try:
+            pool = shared_container_pool()
+        except (ContainerEngineMissingError, ImageBuildError) as exc:
+            raise UsageError(f"--scorer container: {exc}") from exc
+    else:
+        pool = shared_pool()
     if tasks:
         pool.warm([t.origin for t in tasks if t.origin is not None], hidden)
     return SealedScorer(pool, hidden=hidden)
@@ -363,7 +376,9 @@ ScorerOpt = Annotated[
         "--scorer",
         help="where predicates run: sealed (a process that never holds the transcript, "
         "handed only the evidence, contained by bubblewrap where it exists; each predicate "
-        "has a time limit) or in-process (for debugging a predicate; no time limit)",
+        "has a time limit), container (the same in a container of a Docker engine: no "
+        "network, read-only, only the task folders mounted; its image is built once) or "
+        "in-process (for debugging a predicate; no time limit)",
     ),
 ]
 

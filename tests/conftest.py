@@ -1,8 +1,9 @@
 """Shared test helpers.
 
-Services: a test that needs a real server on loopback calls ``require_service(name, port)``.
-When the server is down the test is skipped with a message naming it, except under
-``ORACLE_REQUIRE_SERVICES=1`` (set by CI), where it fails.
+Services: a test that needs a real server on loopback calls ``require_service(name, port)``,
+one that needs a Docker engine ``require_engine()``. When the server is down the test is
+skipped with a message naming it, except under ``ORACLE_REQUIRE_SERVICES=1`` (set by CI),
+where it fails.
 """
 
 from __future__ import annotations
@@ -44,6 +45,19 @@ def require_tools(*tools: str, root: bool = False) -> None:
         missing.append("root")
     if missing:
         message = f"needs {', '.join(missing)} (`make system-deps` installs the programs)"
+        if os.environ.get("ORACLE_REQUIRE_SERVICES") == "1":
+            pytest.fail(message + " and ORACLE_REQUIRE_SERVICES=1")
+        pytest.skip(message)
+
+
+def require_engine() -> None:
+    """Skip (or, under ORACLE_REQUIRE_SERVICES=1, fail) when no Docker engine answers."""
+    from oracle.proxies.container import ContainerEngineMissingError, docker_client
+
+    try:
+        docker_client().close()
+    except ContainerEngineMissingError as exc:
+        message = f"needs a Docker engine (`make engine` starts one as root): {exc}"
         if os.environ.get("ORACLE_REQUIRE_SERVICES") == "1":
             pytest.fail(message + " and ORACLE_REQUIRE_SERVICES=1")
         pytest.skip(message)

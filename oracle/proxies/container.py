@@ -77,8 +77,16 @@ def container_config(
     }
 
 
-def docker_client() -> Any:
-    """A client of the local Docker engine, or `ContainerEngineMissingError` saying why not."""
+#: What to do where no engine answers, for an agent.
+AGENT_REMEDY = (
+    "start one, or run the agent with bubblewrap isolation instead "
+    "(CommandAgent(isolation='bwrap'))"
+)
+
+
+def docker_client(remedy: str = AGENT_REMEDY, timeout: float | None = 60) -> Any:
+    """A client of the local Docker engine (requests wait `timeout` seconds, None: for ever),
+    or `ContainerEngineMissingError` saying why not and what to do (`remedy`)."""
     try:
         import docker  # type: ignore[import-untyped]
     except ImportError as exc:
@@ -86,12 +94,12 @@ def docker_client() -> Any:
             "the docker Python package is not installed (pip install 'oracle[container]')"
         ) from exc
     try:
-        return docker.from_env()
+        client = docker.from_env(timeout=timeout)  # asks the engine for its API version
     except docker.errors.DockerException as exc:
         raise ContainerEngineMissingError(
-            f"no Docker engine is reachable ({exc}); start one, or run the agent with "
-            "bubblewrap isolation instead (CommandAgent(isolation='bwrap'))"
+            f"no Docker engine is reachable ({exc}); {remedy}"
         ) from exc
+    return client
 
 
 class ContainerAgent:

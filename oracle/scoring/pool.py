@@ -19,7 +19,7 @@ import threading
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from oracle.record import ScoringRecord
 from oracle.scoring.judge import assemble, plan
@@ -52,6 +52,9 @@ class ScorerPool:
     `MAX_ZYGOTES` zygotes and `MAX_SCORERS` scorers stay warm: a long process that runs trials
     under many layouts (a test suite, one archive folder per test) does not pile them up."""
 
+    #: What the records of its trials name as their scoring mode.
+    mode: Literal["sealed", "container"] = "sealed"
+
     def __init__(self, *, bubblewrap: bool | None = None) -> None:
         why = "switched off" if bubblewrap is False else bubblewrap_usable()
         self.bubblewrap = why is None
@@ -59,6 +62,7 @@ class ScorerPool:
         self._zygotes: list[tuple[tuple[Path, ...], Zygote]] = []
         self._scorers: dict[tuple[int, Path], TaskScorer] = {}
         self._lock = threading.Lock()
+        self._closed = False
 
     def __enter__(self) -> ScorerPool:
         return self
@@ -96,13 +100,17 @@ class ScorerPool:
                 return z
         # None of them sees the task's folder: a new zygote, with it bound back if need be.
         self._evict_zygotes(MAX_ZYGOTES - 1)
+        zygote = self._start(self._readable(task_file, hidden), hidden)
+        self._zygotes.append((hidden, zygote))
+        return zygote
+
+    def _readable(self, task_file: Path, hidden: tuple[Path, ...]) -> list[Path]:
+        """What a new zygote for `task_file` binds back read-only."""
         readable = base_binds()
         probe = Zygote(readable, hidden, bubblewrap=self.bubblewrap)
         if not probe.sees(task_file):
             readable.append(task_file.parent)
-        zygote = self._start(readable, hidden)
-        self._zygotes.append((hidden, zygote))
-        return zygote
+        return readable
 
     def _forget(self, zygote: Zygote) -> None:
         self._zygotes = [(k, z) for k, z in self._zygotes if z is not zygote]
@@ -156,6 +164,8 @@ class ScorerPool:
         key = tuple(sorted({Path(h).absolute() for h in hidden}))
         task_file = task_file.absolute()
         with self._lock:
+            if self._closed:  # a warming thread still going as the run ends starts nothing
+                raise ScorerError("the scorer pool was closed: the run is over")
             zygote = self._zygote(task_file, key)
             scorer = self._scorers.pop((id(zygote), task_file), None)
             if scorer is None:
@@ -183,6 +193,7 @@ class ScorerPool:
 
     def close(self) -> None:
         with self._lock:
+            self._closed = True
             scorers, self._scorers = list(self._scorers.values()), {}
             zygotes, self._zygotes = [z for _, z in self._zygotes], []
         for s in scorers:
@@ -231,7 +242,7 @@ class SealedScorer:
                 scorer = self.pool.task_scorer(Path(origin), self.hidden)
             except ScorerError as exc:
                 why = f"no scorer process: {exc}"
-                record = ScoringRecord(mode="sealed", isolation="none", note=why)
+                record = ScoringRecord(mode=self.pool.mode, isolation="none", note=why)
                 return Scored(unreadable(task, why, refused), record)
             with scorer.lock:
                 # A zygote the pool ended between the lookup and the lock: look up again.
@@ -240,8 +251,9 @@ class SealedScorer:
                     break
         outcomes: Outcomes = {mp.metric: assemble(mp, done, refused) for mp in plans}
         record = ScoringRecord(
-            mode="sealed",
+            mode=self.pool.mode,
             isolation=scorer.zygote.isolation,
+            image=scorer.zygote.image,
             note=self.pool.note,
             contained=[r.contained for r in done if r.contained],
         )

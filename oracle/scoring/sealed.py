@@ -66,7 +66,7 @@ class ScorerError(RuntimeError):
     """A scorer process could not be started or answered out of turn."""
 
 
-def _env() -> dict[str, str]:
+def scorer_env() -> dict[str, str]:
     """What the scorer's environment keeps: where programs are, the locale, the oracle's own
     settings (task files may read server URLs from them). No credentials of the harness."""
     keep = {"PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "HOME"}
@@ -118,6 +118,8 @@ class Zygote:
         self.readable = tuple(readable)
         self.hidden = tuple(hidden)
         self.bubblewrap = bubblewrap
+        #: The container image the scorers run in, by digest (None: on this host).
+        self.image: str | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._control: socket.socket | None = None
         self._lock = threading.Lock()
@@ -169,7 +171,7 @@ class Zygote:
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
-                env=_env(),
+                env=scorer_env(),
                 cwd="/",
                 start_new_session=True,
             ).result()

@@ -10,6 +10,12 @@ the control socket FD:
 - ``kill``: end a scorer and everything it started; answer how it ended;
 - ``exit``.
 
+In a container no descriptor can be handed over: ``… oracle.scoring.worker --connect PATH
+TOKEN`` starts a zygote that connects to the oracle's Unix socket PATH and names TOKEN
+(`oracle.scoring.protocol.Rendezvous`); a ``fork`` request then carries a token instead of a
+socket, and the new scorer connects back naming it. There the zygote is the container's first
+process, and also reaps what a killed scorer's processes leave behind.
+
 A scorer closes the control socket, loads its task file, then serves on its own socket, one
 trial after another: ``evidence`` (a bundle, `oracle.scoring.bundle`) and ``run`` (one step of
 `oracle.scoring.judge`). Its standard streams are /dev/null: what a predicate prints reaches
@@ -29,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from oracle.scoring.protocol import (
     ChannelClosed,
+    connect_back,
     receive,
     receive_with_fd,
     send,
@@ -51,8 +58,13 @@ def describe_status(status: int) -> str:
     return f"was killed by {name}"
 
 
-def _end(pid: int) -> str:
-    """Kill scorer `pid` and its process group; reap it; say how it ended."""
+def _end(pid: int, reaped: dict[int, int]) -> str:
+    """Kill scorer `pid` and its process group; reap it; say how it ended (`reaped` holds
+    the wait status of scorers that ended by themselves and were reaped already)."""
+    if pid in reaped:  # it is gone: what is left of its process group is killed
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
+        return describe_status(reaped.pop(pid))
     for kill in (os.killpg, os.kill):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             kill(pid, signal.SIGKILL)
@@ -61,6 +73,21 @@ def _end(pid: int) -> str:
     except ChildProcessError:
         return "had already been reaped"
     return describe_status(status)
+
+
+def _reap_orphans(children: set[int], reaped: dict[int, int]) -> None:
+    """As a PID namespace's first process, wait for every process that ended in it: the
+    orphans a killed scorer's processes leave would otherwise stay zombies, each holding a
+    pid of the container's limit. A scorer's status is kept for `_end`."""
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        if pid in children:
+            reaped[pid] = status
 
 
 def _quiet() -> None:
@@ -131,25 +158,45 @@ def _serve(chan: socket.socket, task_file: str, path: list[str]) -> None:
             send(chan, {"error": f"unknown request {op!r}"})
 
 
-def _fork_scorer(control: socket.socket, header: dict[str, Any], fd: int) -> int:
+def _fork_scorer(
+    control: socket.socket, header: dict[str, Any], fd: int | None, rendezvous: str | None
+) -> int:
+    """Fork a scorer whose channel is `fd`, or (without one) a connection to `rendezvous`
+    that names the request's token."""
     pid = os.fork()
     if pid == 0:  # the scorer: never returns into the zygote's loop
         code = 0
         try:
             control.close()
-            chan = socket.socket(fileno=fd)
+            if fd is not None:
+                chan = socket.socket(fileno=fd)
+            else:
+                assert rendezvous is not None
+                chan = connect_back(rendezvous, str(header["token"]))
             _serve(chan, str(header["file"]), [str(p) for p in header.get("path", [])])
         except BaseException:
             code = 70
         finally:
             os._exit(code)
-    os.close(fd)
+    if fd is not None:
+        os.close(fd)
     return pid
+
+
+def _control(argv: list[str]) -> tuple[socket.socket, str | None]:
+    """The control channel `argv` names, and the rendezvous scorers connect back to (None
+    where they are handed their socket)."""
+    if argv[:1] == ["--connect"] and len(argv) == 3:
+        return connect_back(argv[1], argv[2]), argv[1]
+    if len(argv) == 1 and argv[0].isdigit():
+        return socket.socket(fileno=int(argv[0])), None
+    raise SystemExit("usage: python -m oracle.scoring.worker FD | --connect PATH TOKEN")
 
 
 def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    control = socket.socket(fileno=int(argv[0]))
+    control, rendezvous = _control(argv)
+    first = os.getpid() == 1
     # Warm: what every task file and every scorer imports, loaded once before any fork.
     import oracle
     import oracle.loader
@@ -159,19 +206,24 @@ def main(argv: list[str]) -> int:
 
     send(control, {"op": "ready", "pid": os.getpid()})
     children: set[int] = set()
+    reaped: dict[int, int] = {}
     while True:
         try:
             header, fd = receive_with_fd(control)
         except ChannelClosed:
             break
+        if first:
+            _reap_orphans(children, reaped)
         op = header.get("op")
-        if op == "fork" and fd is not None:
-            pid = _fork_scorer(control, header, fd)
+        if op == "fork" and (
+            fd is not None or (rendezvous and isinstance(header.get("token"), str))
+        ):
+            pid = _fork_scorer(control, header, fd, rendezvous)
             children.add(pid)
             send(control, {"pid": pid})
         elif op == "kill":
             pid = int(header["pid"])
-            status = _end(pid) if pid in children else "is not a scorer of this zygote"
+            status = _end(pid, reaped) if pid in children else "is not a scorer of this zygote"
             children.discard(pid)
             send(control, {"status": status})
         elif op == "exit":
@@ -181,7 +233,7 @@ def main(argv: list[str]) -> int:
                 os.close(fd)
             send(control, {"error": f"unknown request {op!r}"})
     for pid in children:
-        _end(pid)
+        _end(pid, reaped)
     return 0
 
 
