@@ -271,6 +271,37 @@ def write_signed(
     return path
 
 
+def read_signed_file(
+    path: Path,
+    public: Ed25519PublicKey,
+    *,
+    predicate_type: str,
+    subject: str,
+    max_bytes: int,
+) -> tuple[bytes, Statement]:
+    """A small signed file (``run.json``, a controls record) and the statement over it, after
+    its envelope verifies with `public`, names `predicate_type` and digests these very bytes
+    as `subject`; `Rejected` with the rule it breaks otherwise."""
+    try:
+        data = read_bounded(path, max_bytes)
+        env = read_bounded(signature_path(path), MAX_ENVELOPE_BYTES)
+    except FileNotFoundError as exc:
+        raise Rejected("signature-missing", f"{Path(str(exc.filename)).name} is missing") from None
+    except OSError as exc:
+        raise Rejected("unreadable", str(exc)) from None
+    if data is None or env is None:
+        raise Rejected("archive-too-large", f"{path.name} or its envelope is too large")
+    try:
+        st = verify_envelope(env, public)
+    except SignatureError as exc:
+        raise Rejected("signature-invalid", str(exc)) from None
+    if st.predicate_type != predicate_type:
+        raise Rejected("signature-invalid", f"predicate type {st.predicate_type!r}")
+    if st.subject_digest(subject) != sha256_hex(data):
+        raise Rejected("archive-digest-mismatch", f"{path.name} is not the file that was signed")
+    return data, st
+
+
 def write_cell(folder: Path, packed: PackedCell, key: Ed25519PrivateKey) -> Path:
     """Sign and write one packed cell under `folder`."""
     st = statement(

@@ -14,17 +14,13 @@ from typing import Literal
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from oracle.cell_archive import Rejected, read_bounded, write_signed
+from oracle.cell_archive import Rejected, read_signed_file, write_signed
 from oracle.controls import Status, classify, run_controls
 from oracle.signing import (
     CONTROLS_PREDICATE,
-    MAX_ENVELOPE_BYTES,
-    SignatureError,
     Subject,
     sha256_hex,
-    signature_path,
     statement,
-    verify_envelope,
 )
 from oracle.task import Task
 from oracle.versions import task_digest
@@ -123,23 +119,9 @@ def write_controls(out: Path, rec: ControlsRecord, key: Ed25519PrivateKey, run_i
 def read_controls(path: Path, public: Ed25519PublicKey) -> tuple[ControlsRecord, str, str | None]:
     """A verified controls record, the sha256 of the bytes verified and the run its statement
     names (None: signed before runs had ids), or `Rejected` with the rule it breaks."""
-    try:
-        data = read_bounded(path, MAX_BYTES)
-        env = read_bounded(signature_path(path), MAX_ENVELOPE_BYTES)
-    except FileNotFoundError as exc:
-        raise Rejected("signature-missing", f"{Path(str(exc.filename)).name} is missing") from None
-    except OSError as exc:
-        raise Rejected("unreadable", str(exc)) from None
-    if data is None or env is None:
-        raise Rejected("archive-too-large", f"{path.name} or its envelope is too large")
-    try:
-        st = verify_envelope(env, public)
-    except SignatureError as exc:
-        raise Rejected("signature-invalid", str(exc)) from None
-    if st.predicate_type != CONTROLS_PREDICATE:
-        raise Rejected("signature-invalid", f"predicate type {st.predicate_type!r}")
-    if st.subject_digest(path.name) != sha256_hex(data):
-        raise Rejected("archive-digest-mismatch", f"{path.name} is not the file that was signed")
+    data, st = read_signed_file(
+        path, public, predicate_type=CONTROLS_PREDICATE, subject=path.name, max_bytes=MAX_BYTES
+    )
     try:
         rec = ControlsRecord.model_validate_json(data)
     except ValidationError as exc:

@@ -23,16 +23,13 @@ from typing import Any, Literal
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from oracle.cell_archive import Rejected, read_bounded, write_signed
+from oracle.cell_archive import Rejected, read_signed_file, write_signed
 from oracle.signing import (
-    MAX_ENVELOPE_BYTES,
     RUN_PREDICATE,
-    SignatureError,
     Subject,
     sha256_hex,
     signature_path,
     statement,
-    verify_envelope,
 )
 
 RUN_FILE = "run.json"
@@ -57,23 +54,9 @@ def run_id_of(predicate: Mapping[str, Any]) -> str | None:
 
 def read_run(path: Path, public: Ed25519PublicKey) -> RunInfo:
     """A verified ``run.json``, or `Rejected` with the rule it breaks."""
-    try:
-        data = read_bounded(path, _MAX_BYTES)
-        env = read_bounded(signature_path(path), MAX_ENVELOPE_BYTES)
-    except FileNotFoundError as exc:
-        raise Rejected("signature-missing", f"{Path(str(exc.filename)).name} is missing") from None
-    except OSError as exc:
-        raise Rejected("unreadable", str(exc)) from None
-    if data is None or env is None:
-        raise Rejected("archive-too-large", f"{path.name} or its envelope is too large")
-    try:
-        st = verify_envelope(env, public)
-    except SignatureError as exc:
-        raise Rejected("signature-invalid", str(exc)) from None
-    if st.predicate_type != RUN_PREDICATE:
-        raise Rejected("signature-invalid", f"predicate type {st.predicate_type!r}")
-    if st.subject_digest(RUN_FILE) != sha256_hex(data):
-        raise Rejected("archive-digest-mismatch", f"{path.name} is not the file that was signed")
+    data, st = read_signed_file(
+        path, public, predicate_type=RUN_PREDICATE, subject=RUN_FILE, max_bytes=_MAX_BYTES
+    )
     try:
         info = RunInfo.model_validate_json(data)
     except ValidationError as exc:
