@@ -3,11 +3,24 @@ agent folder's size limit for every kind of agent."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
-from oracle import Task, folder
+from oracle import Task, folder, run_trial, sqlite
+from oracle.agent import CallableAgent
 from oracle.limits import Limits, LimitsError, format_size, parse_size
+from oracle.sandbox import Sandbox, SandboxError
 from oracle.task import TaskError
+from tests.conftest import require_tools
+
+
+def _root_may_mount() -> None:
+    require_tools(root=True)
 
 
 @pytest.mark.parametrize(
@@ -78,3 +91,102 @@ def test_a_limit_that_cannot_be_used_is_a_task_error_naming_it(limits, part, tex
         _task(limits=limits)
     assert raised.value.part == part and raised.value.task == "lim"
     assert text in str(raised.value)
+
+
+def _mounted(path: Path) -> bool:
+    text = Path("/proc/self/mountinfo").read_text()
+    return f" {path} " in text
+
+
+def test_the_agent_folder_is_a_tmpfs_of_the_limit_through_resets_and_gone_at_close():
+    _root_may_mount()
+    t = Task(
+        name="lim",
+        prompt="p",
+        sinks=[sqlite("db", sql="CREATE TABLE t (x); INSERT INTO t VALUES (1);"),
+               folder("root", template={"a.txt": "a"})],
+        limits=Limits(disk="4MiB"),
+    )  # fmt: skip
+    with Sandbox(t) as sb:
+        view = sb.view()
+        assert view.agent_dir is not None and _mounted(view.agent_dir)
+        stats = os.statvfs(view.agent_dir)
+        assert stats.f_blocks * stats.f_frsize == 4 << 20
+        view.write_text("scratch.txt", "left by a trial")
+        sb.reset()
+        assert _mounted(view.agent_dir)
+        assert not view.path("scratch.txt").exists() and view.read_text("a.txt") == "a"
+        assert view.sql("db", "SELECT x FROM t") == [(1,)]
+        agent_dir = view.agent_dir
+    assert not _mounted(agent_dir) and not agent_dir.exists()
+
+
+def test_a_seed_larger_than_the_folder_says_which_limit_to_raise():
+    _root_may_mount()
+    t = Task(
+        name="big-seed",
+        prompt="p",
+        sinks=[folder("root", template={"big.txt": "x" * (3 << 20)})],
+        limits=Limits(disk="2MiB"),
+    )
+    with Sandbox(t) as sb, pytest.raises(SandboxError) as raised:
+        sb.reset()
+    text = str(raised.value)
+    assert "task 'big-seed': fixture of sink 'root': cannot restore" in text
+    assert "No space left on device" in text
+    assert "the agent folder is limited to 2 MiB and the task's seed does not fit" in text
+    assert "Task(limits=Limits(disk=...)), or oracle trial --disk-limit" in text
+
+
+def test_without_a_disk_limit_the_folder_stays_on_disk_and_the_record_says_so():
+    t = Task(
+        name="lim",
+        prompt="p",
+        sinks=[folder("root")],
+        utility=lambda ev: True,
+        limits=Limits(disk=None),
+    )
+    record = run_trial(t, CallableAgent(lambda view: None, name="idle")).record
+    assert record.invocation is not None
+    (disk,) = [r for r in record.invocation.limits if r.resource == "disk"]
+    assert (disk.limit, disk.enforced_by, disk.hit, disk.note) == (None, None, None, "no limit set")
+
+
+HOLD = """
+import sys
+from oracle import Task, folder
+from oracle.limits import Limits
+from oracle.sandbox import Sandbox
+
+t = Task(name="crash", prompt="p", sinks=[folder("root")], limits=Limits(disk="2MiB"))
+sb = Sandbox(t)
+sb.open()
+print(sb.view().agent_dir, flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_killed_process_leaves_its_folder_mounted_and_the_next_one_unmounts_it(tmp_path):
+    """A process killed with its sandbox open cannot unmount the tmpfs (which holds memory
+    until unmounted); the next process to mount an agent folder sweeps it."""
+    _root_may_mount()
+    child = subprocess.Popen(
+        [sys.executable, "-c", HOLD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    assert child.stdout is not None
+    agent_dir = Path(child.stdout.readline().strip())
+    try:
+        assert _mounted(agent_dir)
+    finally:
+        child.kill()
+        child.wait()
+    try:
+        assert _mounted(agent_dir)  # nobody unmounted it
+        sweep = "from oracle.agent_folder import sweep_stale_folders as s; print(s())"
+        swept = subprocess.run(
+            [sys.executable, "-c", sweep], capture_output=True, text=True, check=True
+        ).stdout
+        assert str(agent_dir) in swept and not _mounted(agent_dir)
+    finally:
+        subprocess.run(["umount", "-l", str(agent_dir)], capture_output=True, check=False)
+        shutil.rmtree(agent_dir.parent, ignore_errors=True)
