@@ -49,7 +49,8 @@ from typing import IO, Any, Literal
 import sqlalchemy as sa
 
 from oracle.agent import AgentError, RunRecord
-from oracle.invocation import Invocation, Program, Step, StepOutcome
+from oracle.invocation import Invocation, LimitRecord, Program, Step, StepOutcome
+from oracle.limits import Limits
 from oracle.program import identify
 from oracle.proxies.allowlist import ProgramFiles, program_files
 from oracle.proxies.bwrap import (
@@ -62,6 +63,7 @@ from oracle.proxies.bwrap import (
     unseen,
     within,
 )
+from oracle.proxies.cgroup import RunLimits
 from oracle.proxies.decoy import Decoys
 from oracle.proxies.gate import GateError, login_gates
 from oracle.proxies.jail import JailError, NetworkJail
@@ -283,11 +285,13 @@ class CommandAgent:
         needs = program_files(Path(os.path.abspath(exe)), command, env, hidden=view.private)
         asked = [p for p in self.readable if not _inside(p, view.private)]
         workdir = Path(env["ORACLE_TASK_ROOT"]) if "ORACLE_TASK_ROOT" in env else view.agent_dir
+        limits = view.limits or Limits()
         policy = BwrapPolicy(
             writable=(view.agent_dir,) if view.agent_dir else (),
             readable=(*readable, *needs.readable, *asked),
             hidden=view.private,
             workdir=workdir,
+            private_size=limits.disk_bytes,  # its /tmp holds no more than its own folder
         )
         missing = _unseen_program(needs, policy)
         if missing is not None:
@@ -316,13 +320,15 @@ class CommandAgent:
             decoys.close()
             raise self._harness_failed(f"the network namespace could not be made: {exc}") from exc
         status = _SandboxStatus()
+        caps = RunLimits(processes=limits.processes, memory=limits.memory_bytes)
         try:
-            argv = [
-                *jail.command_prefix(),
-                *bwrap_argv(policy, command, status_fd=status.write_fd),
-            ]
-            return self._execute(argv, env, view, jail, status, decoys, program=program)
+            caps.open()
+            argv = caps.wrap(
+                [*jail.command_prefix(), *bwrap_argv(policy, command, status_fd=status.write_fd)]
+            )
+            return self._execute(argv, env, view, jail, status, decoys, program=program, caps=caps)
         finally:
+            caps.close()
             status.close()
             jail.close()
             decoys.close()
@@ -337,6 +343,7 @@ class CommandAgent:
         decoys: Decoys | None = None,
         *,
         program: Program | None = None,
+        caps: RunLimits | None = None,
     ) -> RunRecord:
         started = time.time()
         cwd = env.get("ORACLE_TASK_ROOT") or (str(view.agent_dir) if view.agent_dir else None)
@@ -386,8 +393,9 @@ class CommandAgent:
         for r in readers:
             r.join()
         hidden = sorted({str(p.resolve()) for p in view.private}) if status else []
+        limits = caps.records() if caps is not None else _uncontained(view.limits or Limits())
         if status is not None and status.exit_code is None:
-            return self._never_ran(status, bytes(err.data), timed_out, hidden, jail)
+            return self._never_ran(status, bytes(err.data), timed_out, hidden, jail, limits)
         code = proc.returncode
         signum = -code if code is not None and code < 0 else None
         truncated = {
@@ -418,6 +426,7 @@ class CommandAgent:
             hidden=hidden,
             hidden_opened=[str(p) for p in decoys.opened()] if decoys else [],
             program=program,
+            limits=limits,
         )
         reply = bytes(out.data)
         logs = {"agent.stdout": reply, "agent.stderr": bytes(err.data)}
@@ -444,6 +453,7 @@ class CommandAgent:
         timed_out: bool,
         hidden: list[str],
         jail: NetworkJail | None,
+        limits: list[LimitRecord],
     ) -> RunRecord:
         """The record of a sandbox whose program was never executed (bubblewrap reported no
         exit code). Its stderr is then bubblewrap's or nsenter's alone, never the agent's:
@@ -459,7 +469,7 @@ class CommandAgent:
         else:
             why = f"the sandbox could not be set up: {said}"
         inv = Invocation.not_started("command", self.name, why).model_copy(
-            update={"isolation": self.isolation, "hidden": hidden}
+            update={"isolation": self.isolation, "hidden": hidden, "limits": limits}
         )
         run = RunRecord(
             inv,
@@ -469,6 +479,19 @@ class CommandAgent:
         if unexecutable:
             return run
         raise AgentError(f"agent {self.name!r} could not be run: {why}", run)
+
+
+def _uncontained(limits: Limits) -> list[LimitRecord]:
+    """The process and memory limits of a program run with isolation 'none': not enforced."""
+    why = "not limited: the program ran with isolation 'none' (nothing is contained)"
+    return [
+        LimitRecord(
+            resource="processes", limit=limits.processes, enforced_by=None, hit=None, note=why
+        ),
+        LimitRecord(
+            resource="memory", limit=limits.memory_bytes, enforced_by=None, hit=None, note=why
+        ),
+    ]
 
 
 def _inside(path: Path, folders: Sequence[Path]) -> bool:
