@@ -3,6 +3,7 @@ agent folder's size limit for every kind of agent."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -16,7 +17,9 @@ from oracle.agent import CallableAgent
 from oracle.limits import Limits, LimitsError, format_size, parse_size
 from oracle.sandbox import Sandbox, SandboxError
 from oracle.task import TaskError
-from tests.conftest import require_tools
+from tests.conftest import REPO, require_tools
+
+ORACLE = str(Path(sys.executable).parent / "oracle")
 
 
 def _root_may_mount() -> None:
@@ -190,3 +193,74 @@ def test_a_killed_process_leaves_its_folder_mounted_and_the_next_one_unmounts_it
     finally:
         subprocess.run(["umount", "-l", str(agent_dir)], capture_output=True, check=False)
         shutil.rmtree(agent_dir.parent, ignore_errors=True)
+
+
+def _oracle(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
+    return subprocess.run(
+        [ORACLE, *args], capture_output=True, text=True, cwd=REPO, env=env, timeout=300,
+        check=False,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "text"),
+    [
+        ("--disk-limit", "12XB", "--disk-limit: '12XB' is not a size"),
+        ("--memory-limit", "1MiB", "--memory-limit: '1MiB' is below the smallest usable"),
+        ("--process-limit", "many", "--process-limit takes a whole number or 'none'"),
+        ("--process-limit", "2", "--process-limit: give a whole number of processes of at least"),
+    ],
+)
+def test_a_limit_option_that_cannot_be_used_stops_before_any_trial(option, value, text, tmp_path):
+    out = _oracle("trial", "tasks/demo", "-t", "log-level", option, value, "--out", str(tmp_path))
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert text in " ".join(out.stdout.split())
+    assert not list(tmp_path.rglob("record.json"))
+
+
+FILL = """
+import errno
+
+def fill(view):
+    written = 0
+    try:
+        with open(view.path("fill.bin"), "wb") as out:
+            while written < 64 << 20:
+                written += out.write(b"x" * 65536)
+    except OSError as exc:
+        return f"{errno.errorcode[exc.errno]} after {written} bytes"
+    return f"no error after {written} bytes"
+"""
+
+
+def test_the_disk_limit_option_holds_for_an_agent_in_the_harness_process(tmp_path):
+    """`--disk-limit` replaces the task's own; the folder's limit holds whatever runs the
+    agent (here a Python function in the oracle's own process), and the record says which
+    limits did not."""
+    _root_may_mount()
+    agent = tmp_path / "agent.py"
+    agent.write_text(FILL)
+    out = _oracle(
+        "trial", "tasks/demo", "-t", "log-level", "-a", f"{agent}:fill",
+        "--disk-limit", "2MiB", "--memory-limit", "none", "--out", str(tmp_path / "runs"),
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    (path,) = (tmp_path / "runs").rglob("record.json")
+    record = json.loads(path.read_text())
+    assert record["final_message"].startswith("ENOSPC after ")
+    disk, processes, memory = record["invocation"]["limits"]
+    assert disk["resource"] == "disk" and disk["limit"] == 2 << 20
+    assert disk["hit"] is True and disk["message"] == "agent folder full at 2 MiB"
+    assert processes == {
+        "resource": "processes",
+        "limit": 512,
+        "enforced_by": None,
+        "hit": None,
+        "message": None,
+        "used": None,
+        "note": "not limited: the agent ran in the harness's own process, or a fork of it",
+    }
+    assert memory["limit"] is None and memory["enforced_by"] is None
+    assert memory["note"] == "no limit set"
+    assert "limits: agent folder full at 2 MiB" in " ".join(out.stdout.split())
