@@ -274,18 +274,56 @@ class CommandAgent:
         command = [os.path.abspath(exe) if os.sep in self.argv[0] else self.argv[0], *self.argv[1:]]
         program = identify(Path(os.path.abspath(exe)), view.private)
         if self.isolation == "none":
-            return self._execute(command, env, view, None, None, program=program)
+            proc = self._spawn(command, env, view, ())
+            if isinstance(proc, RunRecord):
+                return proc
+            return self._execute(proc, time.time(), view, None, None, program=program)
         try:
             bwrap_path()
         except BwrapMissingError as exc:
             raise self._harness_failed(str(exc)) from exc
+        limits = view.limits or Limits()
+        with contextlib.ExitStack() as stack:
+            caps = stack.enter_context(RunLimits(limits.processes, limits.memory_bytes))
+            status = _SandboxStatus()
+            stack.callback(status.close)
+            # The program's first process starts now, before the rest of the sandbox is made:
+            # it joins the run's cgroups — for which the kernel makes it wait a grace period,
+            # about 10 ms — while the namespace is set up, then waits for its command line.
+            status_fd = status.write_fd  # its number in the waiting process, closed here
+            proc = self._spawn(caps.waiting(), env, view, (status_fd,), status, held=True)
+            if isinstance(proc, RunRecord):
+                return proc
+            stack.callback(_end_waiting, proc)
+            return self._isolated(
+                stack, proc, command, exe, env, view, limits, caps, (status, status_fd), program
+            )
+        raise AssertionError("unreachable")  # pragma: no cover - the with-block returns
+
+    def _isolated(
+        self,
+        stack: contextlib.ExitStack,
+        proc: subprocess.Popen[bytes],
+        command: list[str],
+        exe: str,
+        env: dict[str, str],
+        view: SandboxView,
+        limits: Limits,
+        caps: RunLimits,
+        sandbox_status: tuple[_SandboxStatus, int],
+        program: Program,
+    ) -> RunRecord:
+        """The rest of an isolated run, once its first process waits in its cgroups: the
+        filesystem policy, the hidden folders, the namespace; then the command is handed to
+        the waiting process, and the run is followed to its end. `sandbox_status` is where
+        bubblewrap reports, and the number of its file in the waiting process."""
+        status, status_fd = sandbox_status
         readable = [Path(env[k]) for k in ("ORACLE_PROMPT_FILE", "SSL_CERT_FILE") if k in env]
         if view.shared_dir is not None:
             readable.append(view.shared_dir)  # the prompt and the CA certificates
         needs = program_files(Path(os.path.abspath(exe)), command, env, hidden=view.private)
         asked = [p for p in self.readable if not _inside(p, view.private)]
         workdir = Path(env["ORACLE_TASK_ROOT"]) if "ORACLE_TASK_ROOT" in env else view.agent_dir
-        limits = view.limits or Limits()
         policy = BwrapPolicy(
             writable=(view.agent_dir,) if view.agent_dir else (),
             readable=(*readable, *needs.readable, *asked),
@@ -298,12 +336,11 @@ class CommandAgent:
             return self._not_started(
                 f"command {self.argv[0]!r} cannot start in the sandbox: {missing}"
             )
-        decoys = Decoys(sealed_folders(policy))
+        decoys = stack.enter_context(contextlib.closing(Decoys(sealed_folders(policy))))
         try:
             make_hidden_folders(policy)
             decoys.open()
         except OSError as exc:
-            decoys.close()
             raise self._harness_failed(f"a folder of the oracle's cannot be hidden: {exc}") from exc
         assert decoys.root is not None
         # The decoys' own folder is hidden too (a plain tmpfs), where it is not under /tmp.
@@ -311,49 +348,41 @@ class CommandAgent:
         try:
             gates = login_gates(env)
         except GateError as exc:
-            decoys.close()
             raise self._harness_failed(str(exc)) from exc
         try:
             jail = NetworkJail(expose=exposed_endpoints(env), gates=gates)
+            stack.callback(jail.close)
             jail.open()
         except JailError as exc:
-            decoys.close()
             raise self._harness_failed(f"the network namespace could not be made: {exc}") from exc
-        status = _SandboxStatus()
-        caps = RunLimits(processes=limits.processes, memory=limits.memory_bytes)
-        try:
-            caps.open()
-            argv = caps.wrap(
-                [*jail.command_prefix(), *bwrap_argv(policy, command, status_fd=status.write_fd)]
-            )
-            return self._execute(argv, env, view, jail, status, decoys, program=program, caps=caps)
-        finally:
-            caps.close()
-            status.close()
-            jail.close()
-            decoys.close()
+        argv = [
+            *jail.command_prefix(of=os.getpid()),  # the waiting process has not the jail's fd
+            *bwrap_argv(policy, command, status_fd=status_fd),
+        ]
+        started = time.time()
+        caps.hand_over(proc, argv)
+        return self._execute(proc, started, view, jail, status, decoys, program=program, caps=caps)
 
-    def _execute(
+    def _spawn(
         self,
         argv: list[str],
         env: dict[str, str],
         view: SandboxView,
-        jail: NetworkJail | None,
-        status: _SandboxStatus | None,
-        decoys: Decoys | None = None,
+        fds: tuple[int, ...],
+        status: _SandboxStatus | None = None,
         *,
-        program: Program | None = None,
-        caps: RunLimits | None = None,
-    ) -> RunRecord:
-        started = time.time()
+        held: bool = False,
+    ) -> subprocess.Popen[bytes] | RunRecord:
+        """Start `argv` in the task root, in a session of its own, its output piped; `held`:
+        with a pipe on stdin (a waiting shell reads its command from there). A record of an
+        agent that never started where it cannot be started."""
         cwd = env.get("ORACLE_TASK_ROOT") or (str(view.agent_dir) if view.agent_dir else None)
-        fds = (*(jail.pass_fds if jail else ()), *((status.write_fd,) if status else ()))
         try:
-            proc = subprocess.Popen(
+            return subprocess.Popen(
                 argv,
                 env=env,
                 cwd=cwd,
-                stdin=subprocess.DEVNULL,
+                stdin=subprocess.PIPE if held else subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 start_new_session=True,
@@ -364,6 +393,19 @@ class CommandAgent:
         finally:
             if status is not None:
                 status.close_writer()  # bubblewrap holds it now: its end is bubblewrap's exit
+
+    def _execute(
+        self,
+        proc: subprocess.Popen[bytes],
+        started: float,
+        view: SandboxView,
+        jail: NetworkJail | None,
+        status: _SandboxStatus | None,
+        decoys: Decoys | None = None,
+        *,
+        program: Program | None = None,
+        caps: RunLimits | None = None,
+    ) -> RunRecord:
         assert proc.stdout is not None and proc.stderr is not None
         out, err = (
             _Capture(proc.stdout, self.output_limit),
@@ -479,6 +521,17 @@ class CommandAgent:
         if unexecutable:
             return run
         raise AgentError(f"agent {self.name!r} could not be run: {why}", run)
+
+
+def _end_waiting(proc: subprocess.Popen[bytes]) -> None:
+    """End a process that was started to wait for its command and never got it (the run
+    stopped before: a program the sandbox would not show, a namespace that failed)."""
+    if proc.returncode is None and proc.stdin is not None and not proc.stdin.closed:
+        _kill_session(proc.pid)
+        proc.wait()
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
 
 
 def _uncontained(limits: Limits) -> list[LimitRecord]:

@@ -19,14 +19,20 @@ cgroup:
   ENOMEM, and the kernel does not say whether one did, so a hit is unknown). Processes are
   then not limited: ``RLIMIT_NPROC`` counts every process of the user, and does not bind root.
 
-The program joins the cgroup before anything of it runs: the command is started through a
-shell that writes itself into the cgroup and then executes it. A fork past ``pids.max`` fails
-with EAGAIN; past the memory limit the kernel's OOM killer ends the largest process.
+The program joins the cgroup before anything of it runs: its first process is a shell that
+writes itself into the cgroup, then reads the command line it executes (`waiting`,
+`hand_over`). Joining a cgroup waits for an RCU grace period (about 10 ms), so the shell is
+started before the rest of the sandbox is made, and that wait passes meanwhile. A fork past
+``pids.max`` fails with EAGAIN; past the memory limit the kernel's OOM killer ends the
+largest process.
 
 Example::
 
     with RunLimits(processes=64, memory=256 * MiB) as limits:
-        subprocess.run(limits.wrap(["bwrap", ...]))
+        proc = subprocess.Popen(limits.waiting(), stdin=subprocess.PIPE)
+        ...                                  # make the rest of the sandbox
+        limits.hand_over(proc, ["bwrap", ...])
+        proc.wait()
         limits.records()   # [LimitRecord(resource='processes', hit=False, …), …]
 """
 
@@ -35,7 +41,9 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import shlex
 import signal
+import subprocess
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -51,8 +59,12 @@ PREFIX = "oracle-run-"
 #: An empty cgroup of a run older than this is a leftover (its process died before removing
 #: it): a run's cgroup is empty only between its making and its program's start.
 STALE_AFTER = 60.0
-#: Joins the cgroups named before ``--``, then executes the rest.
-_JOIN = 'while [ "$1" != -- ]; do echo 0 > "$1" || exit 125; shift; done; shift; exec "$@"'
+#: Joins the cgroups named before ``--``, then reads a command line (shell words) from stdin
+#: and executes it. The command line comes from the oracle, quoted word by word.
+_JOIN = (
+    'while [ "$1" != -- ]; do echo 0 > "$1" || exit 125; shift; done; '
+    'cmd=$(cat) && [ -n "$cmd" ] || exit 125; eval "exec $cmd" </dev/null'
+)
 _CONTROLLERS = ("memory", "pids")
 
 
@@ -278,16 +290,25 @@ class RunLimits:
             return None
         return next((g for g in self.groups if controller in g.controllers), None)
 
-    def wrap(self, argv: Sequence[str]) -> list[str]:
-        """`argv`, started so that it runs inside the run's cgroups (and under the memory
-        rlimit where no cgroup limits memory). Unchanged where nothing is limited."""
+    def waiting(self) -> list[str]:
+        """A shell that joins the run's cgroups (and takes the memory rlimit where no cgroup
+        limits memory), then waits for its command line on stdin (`hand_over`) and executes
+        it, with stdin from ``/dev/null``. Started before the rest of the sandbox is made,
+        it waits for the kernel to let it into the cgroups meanwhile."""
         procs = [str(g.path / "cgroup.procs") for g in self.groups]
         script = _JOIN
         if self.rlimit_memory and self.memory is not None:
             script = f"ulimit -d {self.memory // 1024} || exit 125; {script}"
-        elif not procs:
-            return list(argv)
-        return ["/bin/sh", "-c", script, "sh", *procs, "--", *argv]
+        return ["/bin/sh", "-c", script, "sh", *procs, "--"]
+
+    def hand_over(self, proc: subprocess.Popen[bytes], argv: Sequence[str]) -> None:
+        """Give the `waiting` shell `proc` the command it executes. A shell that has already
+        ended (it could not join a cgroup) is left to report its own error."""
+        assert proc.stdin is not None
+        with contextlib.suppress(BrokenPipeError):
+            proc.stdin.write(shlex.join(argv).encode())
+        with contextlib.suppress(BrokenPipeError):
+            proc.stdin.close()
 
     def records(self) -> list[LimitRecord]:
         """Each limit, what enforced it and whether the run reached it: read once the run has
