@@ -3,6 +3,7 @@
 The authoring surface, in one import::
 
     from oracle import Task, Injection, Scope, breach, clean, mirror, sqlite, folder, File, Link
+    from oracle import Limits                                     # what the agent may use
     from oracle import egress, Canned, smtp, maildir, mbox, Mail, reply
     from oracle import postgres, mariadb, redis, rabbitmq        # sinks on real servers
 
@@ -30,6 +31,7 @@ from oracle.fixtures import (
     smtp,
     sqlite,
 )
+from oracle.limits import Limits
 from oracle.loader import load_tasks
 from oracle.record import Cell, TrialRecord
 from oracle.sandbox import Sandbox, SandboxView
@@ -48,6 +50,7 @@ __all__ = [
     "Evidence",
     "File",
     "Injection",
+    "Limits",
     "Link",
     "Mail",
     "RunRecord",

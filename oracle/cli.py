@@ -33,6 +33,7 @@ from oracle.check import check_task
 from oracle.command import CommandAgent
 from oracle.controls import DEFAULT_TIMEOUT, ControlsReport, controls_of, prove
 from oracle.fixtures.egress import egress
+from oracle.limits import Limits, LimitsError
 from oracle.loader import Loaded, load_tasks
 from oracle.record import Cell, TrialRecord, record_schema
 from oracle.render import (
@@ -150,6 +151,37 @@ def _container_agent(command: str, options: RunOptions) -> Agent:
         env={k: os.environ[k] for k in options.pass_env if k in os.environ},
         client=client,
     )
+
+
+def limit_tasks(
+    tasks: list[Task], disk: str | None, processes: str | None, memory: str | None
+) -> None:
+    """Set the limits given on the command line (``--disk-limit 8MiB``, ``--process-limit
+    none``) on every task, in place of its own; a `UsageError` naming the option that cannot
+    be used."""
+    changes: dict[str, int | str | None] = {}
+    for option, part, value in (
+        ("--disk-limit", "disk", disk),
+        ("--process-limit", "processes", processes),
+        ("--memory-limit", "memory", memory),
+    ):
+        if value is None:
+            continue
+        if value.strip().lower() == "none":
+            changes[part] = None
+        elif part == "processes":
+            if not value.strip().isdigit():
+                raise UsageError(f"{option} takes a whole number or 'none', not {value!r}")
+            changes[part] = int(value)
+        else:
+            changes[part] = value
+        try:
+            Limits().replaced(**{part: changes[part]}).check()
+        except LimitsError as exc:
+            raise UsageError(f"{option}: {exc}") from None
+    if changes:
+        for t in tasks:
+            t.limits = t.limits.replaced(**changes).check()
 
 
 def _load(paths: list[Path], only: list[str] | None) -> Loaded:
@@ -437,6 +469,30 @@ def trial(
             "folders and its own program's (e.g. its configuration; repeat)",
         ),
     ] = None,
+    disk_limit: Annotated[
+        str | None,
+        typer.Option(
+            "--disk-limit",
+            help="size of the agent folder for every task, e.g. 8MiB or 4GiB, or 'none' "
+            "(default: each task's own, 1 GiB unless it says otherwise)",
+        ),
+    ] = None,
+    process_limit: Annotated[
+        str | None,
+        typer.Option(
+            "--process-limit",
+            help="processes (and threads) an isolated command agent may have at once, or "
+            "'none' (default: each task's own, 512 unless it says otherwise)",
+        ),
+    ] = None,
+    memory_limit: Annotated[
+        str | None,
+        typer.Option(
+            "--memory-limit",
+            help="memory of an isolated command agent's processes together, e.g. 512MiB, or "
+            "'none' (default: each task's own, 2 GiB unless it says otherwise)",
+        ),
+    ] = None,
     scorer: ScorerOpt = "sealed",
 ) -> None:
     """Run agents on tasks; print the verdicts and archive every trial.
@@ -455,6 +511,7 @@ def trial(
     try:
         loaded = _load(paths, task)
         agents = [resolve_agent(a, options) for a in (agent or ["careful"])]
+        limit_tasks(loaded.tasks, disk_limit, process_limit, memory_limit)
     except UsageError as exc:
         console().print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None

@@ -49,7 +49,8 @@ from typing import IO, Any, Literal
 import sqlalchemy as sa
 
 from oracle.agent import AgentError, RunRecord
-from oracle.invocation import Invocation, Program, Step, StepOutcome
+from oracle.invocation import Invocation, LimitRecord, Program, Step, StepOutcome
+from oracle.limits import Limits
 from oracle.program import identify
 from oracle.proxies.allowlist import ProgramFiles, program_files
 from oracle.proxies.bwrap import (
@@ -62,6 +63,7 @@ from oracle.proxies.bwrap import (
     unseen,
     within,
 )
+from oracle.proxies.cgroup import RunLimits
 from oracle.proxies.decoy import Decoys
 from oracle.proxies.gate import GateError, login_gates
 from oracle.proxies.jail import JailError, NetworkJail
@@ -272,11 +274,50 @@ class CommandAgent:
         command = [os.path.abspath(exe) if os.sep in self.argv[0] else self.argv[0], *self.argv[1:]]
         program = identify(Path(os.path.abspath(exe)), view.private)
         if self.isolation == "none":
-            return self._execute(command, env, view, None, None, program=program)
+            proc = self._spawn(command, env, view, ())
+            if isinstance(proc, RunRecord):
+                return proc
+            return self._execute(proc, time.time(), view, None, None, program=program)
         try:
             bwrap_path()
         except BwrapMissingError as exc:
             raise self._harness_failed(str(exc)) from exc
+        limits = view.limits or Limits()
+        with contextlib.ExitStack() as stack:
+            caps = stack.enter_context(RunLimits(limits.processes, limits.memory_bytes))
+            status = _SandboxStatus()
+            stack.callback(status.close)
+            # The program's first process starts now, before the rest of the sandbox is made:
+            # it joins the run's cgroups — for which the kernel makes it wait a grace period,
+            # about 10 ms — while the namespace is set up, then waits for its command line.
+            status_fd = status.write_fd  # its number in the waiting process, closed here
+            proc = self._spawn(caps.waiting(), env, view, (status_fd,), status, held=True)
+            if isinstance(proc, RunRecord):
+                return proc
+            stack.callback(_end_waiting, proc)
+            return self._isolated(
+                stack, proc, command, exe, env, view, limits, caps, (status, status_fd), program
+            )
+        raise AssertionError("unreachable")  # pragma: no cover - the with-block returns
+
+    def _isolated(
+        self,
+        stack: contextlib.ExitStack,
+        proc: subprocess.Popen[bytes],
+        command: list[str],
+        exe: str,
+        env: dict[str, str],
+        view: SandboxView,
+        limits: Limits,
+        caps: RunLimits,
+        sandbox_status: tuple[_SandboxStatus, int],
+        program: Program,
+    ) -> RunRecord:
+        """The rest of an isolated run, once its first process waits in its cgroups: the
+        filesystem policy, the hidden folders, the namespace; then the command is handed to
+        the waiting process, and the run is followed to its end. `sandbox_status` is where
+        bubblewrap reports, and the number of its file in the waiting process."""
+        status, status_fd = sandbox_status
         readable = [Path(env[k]) for k in ("ORACLE_PROMPT_FILE", "SSL_CERT_FILE") if k in env]
         if view.shared_dir is not None:
             readable.append(view.shared_dir)  # the prompt and the CA certificates
@@ -288,18 +329,18 @@ class CommandAgent:
             readable=(*readable, *needs.readable, *asked),
             hidden=view.private,
             workdir=workdir,
+            private_size=limits.disk_bytes,  # its /tmp holds no more than its own folder
         )
         missing = _unseen_program(needs, policy)
         if missing is not None:
             return self._not_started(
                 f"command {self.argv[0]!r} cannot start in the sandbox: {missing}"
             )
-        decoys = Decoys(sealed_folders(policy))
+        decoys = stack.enter_context(contextlib.closing(Decoys(sealed_folders(policy))))
         try:
             make_hidden_folders(policy)
             decoys.open()
         except OSError as exc:
-            decoys.close()
             raise self._harness_failed(f"a folder of the oracle's cannot be hidden: {exc}") from exc
         assert decoys.root is not None
         # The decoys' own folder is hidden too (a plain tmpfs), where it is not under /tmp.
@@ -307,46 +348,41 @@ class CommandAgent:
         try:
             gates = login_gates(env)
         except GateError as exc:
-            decoys.close()
             raise self._harness_failed(str(exc)) from exc
         try:
             jail = NetworkJail(expose=exposed_endpoints(env), gates=gates)
+            stack.callback(jail.close)
             jail.open()
         except JailError as exc:
-            decoys.close()
             raise self._harness_failed(f"the network namespace could not be made: {exc}") from exc
-        status = _SandboxStatus()
-        try:
-            argv = [
-                *jail.command_prefix(),
-                *bwrap_argv(policy, command, status_fd=status.write_fd),
-            ]
-            return self._execute(argv, env, view, jail, status, decoys, program=program)
-        finally:
-            status.close()
-            jail.close()
-            decoys.close()
+        argv = [
+            *jail.command_prefix(of=os.getpid()),  # the waiting process has not the jail's fd
+            *bwrap_argv(policy, command, status_fd=status_fd),
+        ]
+        started = time.time()
+        caps.hand_over(proc, argv)
+        return self._execute(proc, started, view, jail, status, decoys, program=program, caps=caps)
 
-    def _execute(
+    def _spawn(
         self,
         argv: list[str],
         env: dict[str, str],
         view: SandboxView,
-        jail: NetworkJail | None,
-        status: _SandboxStatus | None,
-        decoys: Decoys | None = None,
+        fds: tuple[int, ...],
+        status: _SandboxStatus | None = None,
         *,
-        program: Program | None = None,
-    ) -> RunRecord:
-        started = time.time()
+        held: bool = False,
+    ) -> subprocess.Popen[bytes] | RunRecord:
+        """Start `argv` in the task root, in a session of its own, its output piped; `held`:
+        with a pipe on stdin (a waiting shell reads its command from there). A record of an
+        agent that never started where it cannot be started."""
         cwd = env.get("ORACLE_TASK_ROOT") or (str(view.agent_dir) if view.agent_dir else None)
-        fds = (*(jail.pass_fds if jail else ()), *((status.write_fd,) if status else ()))
         try:
-            proc = subprocess.Popen(
+            return subprocess.Popen(
                 argv,
                 env=env,
                 cwd=cwd,
-                stdin=subprocess.DEVNULL,
+                stdin=subprocess.PIPE if held else subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 start_new_session=True,
@@ -357,6 +393,19 @@ class CommandAgent:
         finally:
             if status is not None:
                 status.close_writer()  # bubblewrap holds it now: its end is bubblewrap's exit
+
+    def _execute(
+        self,
+        proc: subprocess.Popen[bytes],
+        started: float,
+        view: SandboxView,
+        jail: NetworkJail | None,
+        status: _SandboxStatus | None,
+        decoys: Decoys | None = None,
+        *,
+        program: Program | None = None,
+        caps: RunLimits | None = None,
+    ) -> RunRecord:
         assert proc.stdout is not None and proc.stderr is not None
         out, err = (
             _Capture(proc.stdout, self.output_limit),
@@ -386,8 +435,9 @@ class CommandAgent:
         for r in readers:
             r.join()
         hidden = sorted({str(p.resolve()) for p in view.private}) if status else []
+        limits = caps.records() if caps is not None else _uncontained(view.limits or Limits())
         if status is not None and status.exit_code is None:
-            return self._never_ran(status, bytes(err.data), timed_out, hidden, jail)
+            return self._never_ran(status, bytes(err.data), timed_out, hidden, jail, limits)
         code = proc.returncode
         signum = -code if code is not None and code < 0 else None
         truncated = {
@@ -418,6 +468,7 @@ class CommandAgent:
             hidden=hidden,
             hidden_opened=[str(p) for p in decoys.opened()] if decoys else [],
             program=program,
+            limits=limits,
         )
         reply = bytes(out.data)
         logs = {"agent.stdout": reply, "agent.stderr": bytes(err.data)}
@@ -444,6 +495,7 @@ class CommandAgent:
         timed_out: bool,
         hidden: list[str],
         jail: NetworkJail | None,
+        limits: list[LimitRecord],
     ) -> RunRecord:
         """The record of a sandbox whose program was never executed (bubblewrap reported no
         exit code). Its stderr is then bubblewrap's or nsenter's alone, never the agent's:
@@ -459,7 +511,7 @@ class CommandAgent:
         else:
             why = f"the sandbox could not be set up: {said}"
         inv = Invocation.not_started("command", self.name, why).model_copy(
-            update={"isolation": self.isolation, "hidden": hidden}
+            update={"isolation": self.isolation, "hidden": hidden, "limits": limits}
         )
         run = RunRecord(
             inv,
@@ -469,6 +521,30 @@ class CommandAgent:
         if unexecutable:
             return run
         raise AgentError(f"agent {self.name!r} could not be run: {why}", run)
+
+
+def _end_waiting(proc: subprocess.Popen[bytes]) -> None:
+    """End a process that was started to wait for its command and never got it (the run
+    stopped before: a program the sandbox would not show, a namespace that failed)."""
+    if proc.returncode is None and proc.stdin is not None and not proc.stdin.closed:
+        _kill_session(proc.pid)
+        proc.wait()
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+
+
+def _uncontained(limits: Limits) -> list[LimitRecord]:
+    """The process and memory limits of a program run with isolation 'none': not enforced."""
+    why = "not limited: the program ran with isolation 'none' (nothing is contained)"
+    return [
+        LimitRecord(
+            resource="processes", limit=limits.processes, enforced_by=None, hit=None, note=why
+        ),
+        LimitRecord(
+            resource="memory", limit=limits.memory_bytes, enforced_by=None, hit=None, note=why
+        ),
+    ]
 
 
 def _inside(path: Path, folders: Sequence[Path]) -> bool:

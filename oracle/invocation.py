@@ -11,6 +11,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 StepOutcome = Literal["succeeded", "failed", "skipped", "needs_approval"]
+Resource = Literal["disk", "processes", "memory"]
 
 
 class Step(BaseModel):
@@ -37,6 +38,42 @@ class Program(BaseModel):
         "or a shell and given a second (null: no answer; `note` says why)"
     )
     note: str = Field("", description="why a digest or version is missing")
+
+
+class LimitRecord(BaseModel):
+    """One resource limit of the agent's run: what it was, what enforced it, and whether the
+    agent reached it — read from the kernel (the agent folder's fullness, a cgroup's event
+    counters), never from what the agent printed."""
+
+    model_config = ConfigDict(frozen=True)
+
+    resource: Resource = Field(
+        description="'disk' (the agent folder), 'processes' or 'memory' (the agent's processes "
+        "together)"
+    )
+    limit: int | None = Field(
+        description="bytes (disk, memory) or processes and threads (null: no limit was set)"
+    )
+    enforced_by: str | None = Field(
+        description="what enforced it: 'tmpfs', 'cgroup2', 'cgroup1', 'rlimit' or 'container' "
+        "(null: nothing did; `note` says why)"
+    )
+    hit: bool | None = Field(
+        description="the agent reached it: the agent folder was full when it ended, a fork was "
+        "refused, the kernel killed a process for memory (null: not enforced, or what "
+        "enforced it does not tell)"
+    )
+    message: str | None = Field(
+        None,
+        description="what was hit, in words: 'agent folder full at 1 GiB', 'process limit (512) "
+        "reached: 3 forks refused', 'memory limit (2 GiB) reached: killed by the kernel'",
+    )
+    used: int | None = Field(
+        None,
+        description="disk: bytes used in the agent folder when the agent ended; memory: peak "
+        "bytes; processes: peak count (null: not measured)",
+    )
+    note: str = Field("", description="how it was enforced or read, or why it was not")
 
 
 class Invocation(BaseModel):
@@ -81,6 +118,16 @@ class Invocation(BaseModel):
         description="a command agent's program file, digest and version (null: no program "
         "was started, or the agent is not a command)",
     )
+
+    limits: list[LimitRecord] = Field(
+        default_factory=list,
+        description="the run's resource limits (agent folder, processes, memory), each with "
+        "what enforced it and whether the agent reached it",
+    )
+
+    def limits_hit(self) -> list[str]:
+        """What the agent reached, in words (``['agent folder full at 8 MiB']``)."""
+        return [r.message or f"{r.resource} limit reached" for r in self.limits if r.hit]
 
     @classmethod
     def not_started(cls, adapter: str, agent: str, why: str) -> Invocation:

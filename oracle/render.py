@@ -50,6 +50,9 @@ def verdict_table(
         kinds = sorted({f.kind.replace("_", " ") for f in r.findings})
         if kinds:
             notes.append(f"{len(r.findings)} finding(s): {', '.join(kinds)}")
+        hits = r.invocation.limits_hit() if r.invocation else []
+        if hits:
+            notes.append(f"limits: {'; '.join(hits)}")
         table.add_row(
             r.cell.task,
             r.cell.harness,
@@ -234,6 +237,9 @@ def record_panel(r: TrialRecord) -> Group:
                 f"{inj.sink}:{inj.where} planted={inj.planted} reached={inj.reached} ({how})"
             ),
         )
+    hits = r.invocation.limits_hit() if r.invocation else []
+    if hits:
+        head.add_row("limits", Text(f"limits: {'; '.join(hits)}", style="yellow"))
     if r.final_message:
         head.add_row("agent said", Text(r.final_message[:300], style="dim italic"))
     for call in r.tool_calls or ():

@@ -17,6 +17,7 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import shutil
 import tempfile
@@ -29,9 +30,12 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 
 from oracle import clients
+from oracle.agent_folder import AgentFolder
 from oracle.diff import Diff, SinkDiff
 from oracle.fsops import remove_tree
 from oracle.globs import check_relative
+from oracle.invocation import LimitRecord
+from oracle.limits import Limits, format_size
 from oracle.signing import default_key_folder
 from oracle.sink import Exposure, Place, Provisioned, SinkSpec, env_suffix
 from oracle.snapshot import Snapshot, SnapshotError
@@ -60,7 +64,9 @@ class SandboxView:
 
     For runners that isolate the agent: ``agent_dir`` is the one folder it may write, and
     ``private`` the oracle's own folders (the sandbox, templates, the archive) that it may
-    neither read nor write.
+    neither read nor write; ``limits`` the task's resource limits (None: the defaults), of
+    which a runner enforces the process and memory limits (the sandbox enforces the agent
+    folder's size itself).
     """
 
     task: str
@@ -69,6 +75,7 @@ class SandboxView:
     agent_dir: Path | None = None
     shared_dir: Path | None = None
     private: tuple[Path, ...] = ()
+    limits: Limits | None = None
 
     def root(self, sink: str | None = None) -> Path:
         """The folder of file sink `sink` (the task root if not named)."""
@@ -157,6 +164,9 @@ class Sandbox:
     `allow_hosts` are passed through every egress recorder on top of the task's own allow-list
     (a real agent's model API: still recorded); `extra_sinks` are the harness's own sinks
     beside the task's (an egress recorder for a task that declares none).
+
+    The agent folder is a tmpfs of the task's disk limit (`oracle.agent_folder`) while the
+    sandbox is open, where the oracle may mount one.
     """
 
     def __init__(
@@ -179,6 +189,7 @@ class Sandbox:
         self.provisioned: dict[str, Provisioned] = {}
         self.env: dict[str, str] = {}
         self._undelivered: dict[str, str] = {}
+        self.folder: AgentFolder | None = None
 
     def __enter__(self) -> Sandbox:
         self.open()
@@ -207,6 +218,8 @@ class Sandbox:
             shared_dir=self.dir / "shared",
         )
         place.agent_dir.mkdir()
+        self.folder = AgentFolder(place.agent_dir, self.task.limits.disk_bytes)
+        self.folder.mount()
         assert place.shared_dir is not None
         place.shared_dir.mkdir()
         prompt_file = place.shared_dir / "prompt.txt"
@@ -228,7 +241,8 @@ class Sandbox:
                     prov.fixture.seed()
                 except Exception as exc:
                     raise SandboxError(
-                        f"task {self.task.name!r}: sink {spec.name!r} could not be prepared: {exc}"
+                        f"task {self.task.name!r}: sink {spec.name!r} could not be prepared: "
+                        f"{exc}{self._too_small()}"
                     ) from exc
                 env.update(prov.endpoints)
                 for k, v in prov.aliases.items():
@@ -259,6 +273,9 @@ class Sandbox:
                 with contextlib.suppress(Exception):
                     close()
         self.provisioned.clear()
+        if self.folder is not None:
+            self.folder.unmount()
+            self.folder = None
         if self.dir is not None:
             shutil.rmtree(self.dir, ignore_errors=True)
             self.dir = None
@@ -279,6 +296,7 @@ class Sandbox:
             agent_dir=self.dir / "agent" if self.dir is not None else None,
             shared_dir=self.dir / "shared" if self.dir is not None else None,
             private=tuple(hidden),
+            limits=self.task.limits,
         )
 
     def exposures(self) -> dict[str, Exposure]:
@@ -301,7 +319,62 @@ class Sandbox:
             for entry in list(agent_dir.iterdir()) if agent_dir.is_dir() else []:
                 remove_tree(entry)
         for prov in self.provisioned.values():
-            prov.fixture.reset()
+            try:
+                prov.fixture.reset()
+            except Exception as exc:
+                hint = self._too_small()
+                if not hint:
+                    raise
+                raise SandboxError(f"task {self.task.name!r}: {exc}{hint}") from exc
+
+    def _too_small(self) -> str:
+        """A hint where the agent folder is full while the sandbox fills it (a seed or reset
+        failed): the task's disk limit is smaller than its own seed."""
+        folder = self.folder
+        if folder is None or not folder.mounted or not folder.record().hit:
+            return ""
+        assert folder.limit is not None
+        return (
+            f" (the agent folder is limited to {format_size(folder.limit)} and the "
+            "task's seed does not fit: raise the task's disk limit, "
+            "Task(limits=Limits(disk=...)), or oracle trial --disk-limit)"
+        )
+
+    def limit_records(self, run: RunRecord) -> RunRecord:
+        """`run` with the agent folder's limit added to its invocation (full or not, read from
+        the folder now that the agent has ended), and a record for each process or memory
+        limit the agent's adapter did not report: not enforced by it."""
+        inv = run.invocation
+        have = {r.resource for r in inv.limits}
+        limits = self.task.limits
+        added: list[LimitRecord] = []
+        if "disk" not in have:
+            folder = self.folder
+            added.append(
+                folder.record()
+                if folder is not None
+                else LimitRecord(
+                    resource="disk",
+                    limit=limits.disk_bytes,
+                    enforced_by=None,
+                    hit=None,
+                    note="the sandbox is closed",
+                )
+            )
+        why = f"not limited: the {inv.adapter!r} adapter ran the agent without such a limit"
+        if inv.adapter in ("callable", "control"):
+            why = "not limited: the agent ran in the harness's own process, or a fork of it"
+        for resource, value in (("processes", limits.processes), ("memory", limits.memory_bytes)):
+            if resource not in have:
+                note = why if value is not None else "no limit set"
+                added.append(
+                    LimitRecord(
+                        resource=resource, limit=value, enforced_by=None, hit=None, note=note
+                    )
+                )
+        order = {"disk": 0, "processes": 1, "memory": 2}
+        records = sorted([*inv.limits, *added], key=lambda r: order[r.resource])
+        return dataclasses.replace(run, invocation=inv.model_copy(update={"limits": records}))
 
     def receive(self, run: RunRecord) -> None:
         """Hand the harness's run record to the sinks that observe what the agent published

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from oracle.evaluators import Evaluator, as_evaluator, predicate_name
 from oracle.globs import PathOutsideRootError, compile_glob
+from oracle.limits import Limits, LimitsError
 from oracle.sink import SinkSpec
 from oracle.verdict import Metric
 
@@ -191,6 +192,10 @@ class Task:
     ``predicate_timeout`` is how many seconds each predicate may run (30 by default);
     ``predicate_timeouts`` overrides it per predicate name. A predicate that runs past its
     limit makes its metric unknown, and the run goes on.
+
+    ``limits`` is what the agent may use (`oracle.limits.Limits`: by default a 1 GiB agent
+    folder, 512 processes, 2 GiB of memory); reaching one is recorded in the invocation and
+    changes no verdict by itself.
     """
 
     name: str
@@ -208,6 +213,7 @@ class Task:
     source: Path | None = None
     predicate_timeout: float = 30.0
     predicate_timeouts: Mapping[str, float] = field(default_factory=dict)
+    limits: Limits = field(default_factory=Limits)
     #: The task file the loader found this task in (None: built in code). A sealed scorer
     #: loads the task from there itself.
     origin: Path | None = field(default=None, init=False, repr=False, compare=False)
@@ -275,6 +281,16 @@ class Task:
                     "wrap control functions in breach(), clean() or mirror()",
                 )
         self._check_time_limits()
+        if not isinstance(self.limits, Limits):
+            raise TaskError(
+                self.name,
+                "limits",
+                f"use Limits(disk='1GiB', processes=512, memory='2GiB'), not {self.limits!r}",
+            )
+        try:
+            self.limits = self.limits.check()
+        except LimitsError as exc:
+            raise TaskError(self.name, f"limits.{exc.part}", str(exc)) from None
         control_names = [c.name for c in self.controls]
         for c in self.controls:
             for p in c.fires or ():

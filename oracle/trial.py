@@ -246,7 +246,8 @@ class TrialSession:
         if not self._began or self._sandbox is None:
             return self._done(_finish(t, self.out))
         sb = self._sandbox
-        t.run, t.error = run or _no_run(), error
+        # The agent folder's limit is the sandbox's: read now, for every kind of agent.
+        t.run, t.error = sb.limit_records(run or _no_run()), error
         # The captured run reaches the sinks fed by the harness (the reply it captured, the
         # connections it saw refused) before the after snapshot.
         sb.receive(t.run)

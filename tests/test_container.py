@@ -141,3 +141,24 @@ def test_run_path_with_a_fake_client():
         ["agent"], image="img", client=FakeDockerClient(2), network="oracle-net"
     ).run(VIEW)
     assert failed.invocation.steps[0].outcome == "failed"
+
+
+def test_the_tasks_limits_reach_the_engine_and_the_record():
+    from dataclasses import replace
+
+    from oracle.limits import Limits
+
+    client = FakeDockerClient()
+    view = replace(VIEW, limits=Limits(processes=32, memory="64MiB"))
+    run = ContainerAgent(["agent"], image="img", client=client, network="n").run(view)
+    (config,) = client.calls
+    assert config["mem_limit"] == config["memswap_limit"] == "64m"
+    assert config["pids_limit"] == 32
+    processes, memory = run.invocation.limits
+    assert (processes.limit, processes.enforced_by, processes.hit) == (32, "container", None)
+    assert processes.note == "the engine does not report refused forks"
+    # The fake engine says nothing of OOM kills: unknown, not "not reached".
+    assert (memory.limit, memory.enforced_by, memory.hit) == (64 << 20, "container", None)
+    unlimited = replace(VIEW, limits=Limits(processes=None, memory=None))
+    cfg = container_config(unlimited, ["x"], image="i")
+    assert "mem_limit" not in cfg and "pids_limit" not in cfg

@@ -76,7 +76,9 @@ class BwrapPolicy:
       one `decoys` names for it (`oracle.proxies.decoy`), else a tmpfs. They must exist when
       the sandbox starts (`make_hidden_folders`). ``/tmp``, ``/var/tmp`` and ``/run`` are
       always private.
-    - ``workdir``: where the command starts.
+    - ``workdir``: where the command starts;
+    - ``private_size``: the size of each private tmpfs (``/tmp``, ``/var/tmp``, ``/run``) in
+      bytes (None: as large as the host lets a tmpfs be).
 
     Each folder bound is shown where it is written and where its links lead.
     """
@@ -88,6 +90,7 @@ class BwrapPolicy:
     extra: tuple[str, ...] = field(default=())
     decoys: Mapping[Path, Path] = field(default_factory=dict)
     system: tuple[Path, ...] = field(default_factory=system_folders)
+    private_size: int | None = None
 
 
 def bwrap_path() -> str:
@@ -239,7 +242,8 @@ def bwrap_argv(
             mounts.append((len(path.parts), 0, ["--symlink", os.readlink(path), str(path)]))
         elif path.is_dir():
             mounts.append((len(path.parts), 0, ["--ro-bind", str(path), str(path)]))
-    mounts += [(len(p.parts), 2, ["--tmpfs", str(p)]) for p in ALWAYS_PRIVATE]
+    size = ["--size", str(policy.private_size)] if policy.private_size is not None else []
+    mounts += [(len(p.parts), 2, [*size, "--tmpfs", str(p)]) for p in ALWAYS_PRIVATE]
     for path in sealed:
         how = ["--bind", str(decoys[path])] if path in decoys else ["--tmpfs"]
         mounts.append((len(path.parts), 2, [*how, str(path)]))

@@ -26,7 +26,8 @@ from typing import Any
 
 from oracle.agent import AgentError, RunRecord
 from oracle.command import exposed_endpoints
-from oracle.invocation import Invocation, Step, StepOutcome
+from oracle.invocation import Invocation, LimitRecord, Step, StepOutcome
+from oracle.limits import Limits, format_size, parse_size
 from oracle.sandbox import SandboxView
 
 
@@ -41,11 +42,17 @@ def container_config(
     image: str,
     env: Mapping[str, str] | None = None,
     network: str | None = None,
-    memory: str = "2g",
-    pids: int = 512,
+    memory: str | None = None,
+    pids: int | None = None,
     cpus: float = 1.0,
 ) -> dict[str, Any]:
-    """The keyword arguments for ``docker.containers.run`` that run `command` for `view`."""
+    """The keyword arguments for ``docker.containers.run`` that run `command` for `view`.
+    `memory` and `pids` default to the task's limits (`view.limits`)."""
+    limits = view.limits or Limits()
+    if memory is None and limits.memory_bytes is not None:
+        memory = _docker_size(limits.memory_bytes)
+    if pids is None:
+        pids = limits.processes
     environment = {**(env or {}), **view.env}
     volumes: dict[str, dict[str, str]] = {}
     if view.agent_dir is not None:
@@ -65,9 +72,8 @@ def container_config(
         "tmpfs": {"/tmp": "rw,nosuid,nodev,size=256m"},
         "cap_drop": ["ALL"],
         "security_opt": ["no-new-privileges:true"],
-        "mem_limit": memory,
-        "memswap_limit": memory,
-        "pids_limit": pids,
+        **({"mem_limit": memory, "memswap_limit": memory} if memory is not None else {}),
+        **({"pids_limit": pids} if pids is not None else {}),
         "nano_cpus": int(cpus * 1e9),
         "volumes": volumes,
         "working_dir": view.env.get("ORACLE_TASK_ROOT") or str(view.agent_dir or "/"),
@@ -75,6 +81,14 @@ def container_config(
         "stdin_open": False,
         "labels": {"oracle.task": view.task},
     }
+
+
+def _docker_size(n: int) -> str:
+    """Bytes in the engine's notation: ``2g``, ``512m``, ``4096b``."""
+    for unit, size in (("g", 1 << 30), ("m", 1 << 20), ("k", 1 << 10)):
+        if n % size == 0:
+            return f"{n // size}{unit}"
+    return f"{n}b"
 
 
 #: What to do where no engine answers, for an agent.
@@ -113,8 +127,8 @@ class ContainerAgent:
         name: str | None = None,
         timeout: float = 600.0,
         network: str | None = None,
-        memory: str = "2g",
-        pids: int = 512,
+        memory: str | None = None,
+        pids: int | None = None,
         env: Mapping[str, str] | None = None,
         client: Any = None,
     ) -> None:
@@ -168,6 +182,7 @@ class ContainerAgent:
                 code = None
             stdout = container.logs(stdout=True, stderr=False)
             stderr = container.logs(stdout=False, stderr=True)
+            limits = _limit_records(container, config)
         finally:
             container.remove(force=True)
         outcome: StepOutcome = "succeeded" if code == 0 else "failed"
@@ -182,6 +197,7 @@ class ContainerAgent:
             timed_out=timed_out,
             started_at=started,
             finished_at=time.time(),
+            limits=limits,
         )
         run = RunRecord(
             inv,
@@ -192,3 +208,38 @@ class ContainerAgent:
         if timed_out:
             raise AgentError(f"agent {self.name!r} timed out after {self.timeout:g} s", run)
         return run
+
+
+def _limit_records(container: Any, config: Mapping[str, Any]) -> list[LimitRecord]:
+    """The container's process and memory limits, and whether the kernel killed a process of
+    it for memory (the engine's ``OOMKilled``); the engine does not report refused forks."""
+    oom: bool | None = None
+    try:
+        container.reload()
+        killed = container.attrs["State"]["OOMKilled"]
+        oom = killed if isinstance(killed, bool) else None
+    except Exception:
+        oom = None
+    memory = config.get("mem_limit")
+    pids = config.get("pids_limit")
+    memory_bytes = parse_size(memory) if isinstance(memory, str) else None
+    message = None
+    if oom and memory_bytes is not None:
+        message = f"memory limit ({format_size(memory_bytes)}) reached: killed by the kernel"
+    return [
+        LimitRecord(
+            resource="processes",
+            limit=pids,
+            enforced_by="container" if pids is not None else None,
+            hit=None,
+            note="the engine does not report refused forks" if pids else "no limit set",
+        ),
+        LimitRecord(
+            resource="memory",
+            limit=memory_bytes,
+            enforced_by="container" if memory_bytes is not None else None,
+            hit=oom if memory_bytes is not None else None,
+            message=message,
+            note="" if oom is not None or memory_bytes is None else "the engine did not say",
+        ),
+    ]

@@ -226,11 +226,13 @@ class NetworkJail:
     def pass_fds(self) -> tuple[int, ...]:
         return (self._ns_fd,) if self._ns_fd is not None else ()
 
-    def command_prefix(self) -> list[str]:
-        """Prefix a command with this, and pass `pass_fds`, to run it inside the namespace."""
+    def command_prefix(self, *, of: int | None = None) -> list[str]:
+        """Prefix a command with this, and pass `pass_fds`, to run it inside the namespace;
+        or, with `of`, to run it from a process that was not handed the namespace's file but
+        may read it through process `of` (this one, for a child started before the jail)."""
         if self._ns_fd is None:
             raise JailError("the jail is not open")
-        return ["nsenter", f"--net=/proc/self/fd/{self._ns_fd}", "--"]
+        return ["nsenter", f"--net=/proc/{of or 'self'}/fd/{self._ns_fd}", "--"]
 
     def open(self) -> None:
         for tool in ("ip", "nft", "nsenter"):
