@@ -226,7 +226,10 @@ def test_a_hostile_predicate_leaves_its_metric_unknown_and_the_run_goes_on(
         assert later["security_breached"] is True and later["scoring"]["contained"] == []
 
 
-def test_ctrl_c_stops_a_run_held_by_a_looping_predicate_and_ends_the_scorers(tmp_path):
+@pytest.mark.parametrize("how", ["ctrl-c", "killed"])
+def test_ctrl_c_stops_a_run_held_by_a_looping_predicate_and_ends_the_scorers(tmp_path, how):
+    """Ctrl-C stops the run cleanly (exit 130); an oracle killed outright takes its scorers
+    with it. Either way no scorer process is left."""
     tasks = write(
         tmp_path / "tasks",
         HOSTILE_HELPER,
@@ -261,13 +264,19 @@ def test_ctrl_c_stops_a_run_held_by_a_looping_predicate_and_ends_the_scorers(tmp
         scorers = _scorers_of(proc.pid)
         assert scorers, "no scorer process was started"
         time.sleep(1.0)
-        os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
+        if how == "ctrl-c":
+            os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
+        else:
+            os.kill(proc.pid, signal.SIGKILL)  # the oracle alone; nothing cleans up after it
         output, _ = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == 130, output
-    assert "interrupted" in output
+    if how == "ctrl-c":
+        assert proc.returncode == 130, output
+        assert "interrupted" in output
+    else:
+        assert proc.returncode == -signal.SIGKILL
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and any(_alive(p) for p in scorers):
         time.sleep(0.1)
