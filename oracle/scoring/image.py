@@ -46,6 +46,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+#: The oracle package's folder (this file is oracle/scoring/image.py).
+PACKAGE = Path(__file__).resolve().parent.parent
+
 #: Changes whenever what goes into the images changes, so that older images are not reused.
 RECIPE = "1"
 BASE_REPOSITORY = "oracle-scorer-base"
@@ -137,8 +140,6 @@ class Runtime:
         import site as site_module
         import sysconfig
 
-        import oracle
-
         dists: dict[str, metadata.Distribution] = {}
         for d in metadata.distributions():
             dists.setdefault(_norm(d.metadata["Name"] or ""), d)
@@ -161,7 +162,7 @@ class Runtime:
             prefix=Path(sys.prefix),
             stdlib=Path(sysconfig.get_paths()["stdlib"]),
             site=tuple(site_dirs),
-            package=Path(os.path.dirname(os.path.abspath(oracle.__file__))),
+            package=PACKAGE,
             kept=kept,
             metadata=(ours.read_text("METADATA") or "") if ours else "",
             left_out=frozenset(left_out),

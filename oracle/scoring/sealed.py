@@ -50,6 +50,9 @@ from oracle.scoring.protocol import (
 if TYPE_CHECKING:
     from oracle.task import Task
 
+#: The oracle package's folder (this file is oracle/scoring/sealed.py).
+PACKAGE = Path(__file__).resolve().parent.parent
+
 #: Seconds a zygote may take to start (a fresh interpreter importing oracle).
 START_LIMIT = 120.0
 #: Seconds a scorer may take to load its task file (a generated suite can be slow).
@@ -86,15 +89,13 @@ def import_path() -> list[str]:
 def base_binds() -> list[Path]:
     """What a scorer needs to see wherever it lives (under ``/tmp`` too): the interpreter,
     its environment, every import path, and the oracle package itself."""
-    import oracle
-
     paths = {
         sys.prefix,
         sys.base_prefix,
         sys.exec_prefix,
         os.path.dirname(os.path.realpath(sys.executable)),
         os.path.dirname(os.path.abspath(sys.executable)),
-        os.path.dirname(os.path.dirname(os.path.abspath(oracle.__file__))),
+        str(PACKAGE.parent),
         *import_path(),
     }
     return sorted(Path(p) for p in paths if os.path.exists(p))
