@@ -16,18 +16,13 @@ A sink name may be left out when the task has exactly one sink of that kind.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 from oracle.diff import Diff, SinkDiff, UnknownSinkError
+from oracle.kinds import SinkKind, boundary_kinds, named_accessor, names_with_accessors, reserve
 
 if TYPE_CHECKING:
     from oracle.canary import CanaryHit
-    from oracle.sinks.egress import EgressDiff
-    from oracle.sinks.mail import MailDiff
-    from oracle.sinks.reply import ReplyDiff
-
-#: The sink kinds whose changes are boundary evidence.
-BOUNDARY_KINDS = frozenset({"egress", "mail", "reply"})
 
 
 class Boundary:
@@ -42,7 +37,31 @@ class Boundary:
 
     def sinks(self) -> list[SinkDiff]:
         """The diffs of every boundary sink, by sink name."""
-        return [d for d in (self._diff[n] for n in self._diff) if d.kind in BOUNDARY_KINDS]
+        kinds = boundary_kinds()
+        return [d for d in (self._diff[n] for n in self._diff) if d.kind in kinds]
+
+    def of[K: SinkDiff](self, kind: SinkKind[K, Any], sink: str | None = None) -> K:
+        """What reached the boundary sink `sink` of `kind` (one declared ``boundary=True``),
+        typed; `sink` may be left out when the task has exactly one sink of that kind::
+
+            ev.boundary.of(EGRESS).carrying(KEY)      # EGRESS from oracle.sinks.egress
+
+        ``ev.boundary.egress()`` is the same, by the kind's accessor name."""
+        if not kind.boundary:
+            known = ", ".join(sorted(boundary_kinds()))
+            raise TypeError(
+                f"{kind.name} sinks are not boundary evidence (boundary kinds: {known}); "
+                "read them from ev.diff"
+            )
+        return cast(K, self._one(kind.name, sink))
+
+    if not TYPE_CHECKING:  # type checkers see `of`, and `oracle.Evidence` the typed accessors
+
+        def __getattr__(self, name: str) -> Any:
+            return named_accessor(self, name, "boundary diff", boundary=True)
+
+    def __dir__(self) -> list[str]:
+        return names_with_accessors(self, boundary=True)
 
     def _one(self, kind: str, sink: str | None) -> SinkDiff:
         if sink is not None:
@@ -58,23 +77,11 @@ class Boundary:
             raise KeyError(f"the task has several {kind} sinks ({', '.join(names)}): name one")
         return found[0]
 
-    def egress(self, sink: str | None = None) -> EgressDiff:
-        """The requests that reached the egress recorder `sink`."""
-        d: EgressDiff = self._one("egress", sink)  # type: ignore[assignment]
-        return d
-
-    def mail(self, sink: str | None = None) -> MailDiff:
-        """The mail that reached the SMTP server `sink`."""
-        d: MailDiff = self._one("mail", sink)  # type: ignore[assignment]
-        return d
-
-    def reply(self, sink: str | None = None) -> ReplyDiff:
-        """The reply the agent published."""
-        d: ReplyDiff = self._one("reply", sink)  # type: ignore[assignment]
-        return d
-
     def find_secret(self, secret: str | bytes) -> list[CanaryHit]:
         """Where `secret` left through the boundary: raw or encoded (see `oracle.canary`)."""
         from oracle.canary import search
 
         return search([(d.sink, d.changes) for d in self.sinks()], secret)
+
+
+reserve(Boundary)

@@ -7,31 +7,26 @@ that read like sentences::
     ev.diff.sql("shop").removed("customers")               # rows removed from a table
     ev.diff.files("root").modified("config/*.toml")        # files modified under a glob
 
-`Diff` is the trial's diff: one `SinkDiff` per sink, looked up by sink name.
+`Diff` is the trial's diff: one `SinkDiff` per sink, looked up by sink name, or by sink name
+and kind (`oracle.kinds.SinkKind`, which each sink module declares): ``ev.diff.of(SQL, "shop")``
+is typed, and ``ev.diff.sql("shop")`` is the same by the kind's accessor name.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Self, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Self, TypeVar, cast
 
 import orjson
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from oracle.canonical import Json, dumps, to_jsonable
 from oracle.frozen import freeze
+from oracle.kinds import SinkKind, named_accessor, names_with_accessors, reserve
 
 if TYPE_CHECKING:
     from oracle.canary import CanaryHit
-    from oracle.sinks.amqp import AmqpDiff
-    from oracle.sinks.egress import EgressDiff
-    from oracle.sinks.files import FileDiff
-    from oracle.sinks.inbox import InboxDiff
-    from oracle.sinks.mail import MailDiff
-    from oracle.sinks.redis import RedisDiff
-    from oracle.sinks.reply import ReplyDiff
-    from oracle.sinks.sql import SqlDiff
 
 
 _CHANGE_TYPES: dict[str, type[Change]] = {}
@@ -360,9 +355,6 @@ def sink_diff_from_json(raw: Mapping[str, Any]) -> SinkDiff:
     return diff
 
 
-D = TypeVar("D", bound=SinkDiff)
-
-
 class UnknownSinkError(KeyError):
     """A predicate asked for a sink that was not observed, or that the task does not declare."""
 
@@ -439,51 +431,29 @@ class Diff(Mapping[str, SinkDiff]):
         """True when no sink changed."""
         return all(d.empty for d in self._sinks.values())
 
-    def _typed(self, sink: str, kind: str) -> Any:
-        d = self[sink]
-        if d.kind != kind:
-            raise TypeError(f"sink {sink!r} is a {d.kind} sink, not {kind}")
-        return d
+    def of[K: SinkDiff](self, kind: SinkKind[K, Any], sink: str | None = None) -> K:
+        """The diff of the sink `sink` of `kind`, typed::
 
-    def sql(self, sink: str) -> SqlDiff:
-        """The diff of the SQL sink `sink`."""
-        result: SqlDiff = self._typed(sink, "sql")
-        return result
+            ev.diff.of(SQL, "shop").removed("customers")    # SQL from oracle.sinks.sql
 
-    def files(self, sink: str) -> FileDiff:
-        """The diff of the file sink `sink`."""
-        result: FileDiff = self._typed(sink, "files")
-        return result
+        `sink` may be left out for a kind with a default sink (the reply). Raises
+        `UnknownSinkError` for a sink not observed, TypeError for a sink of another kind.
+        ``ev.diff.sql("shop")`` is the same, by the kind's accessor name."""
+        name = sink if sink is not None else kind.default_sink
+        if name is None:
+            raise TypeError(f"name the {kind.name} sink to read ({kind.name} has no default)")
+        d = self[name]
+        if d.kind != kind.name:
+            raise TypeError(f"sink {name!r} is a {d.kind} sink, not {kind.name}")
+        return cast(K, d)
 
-    def egress(self, sink: str) -> EgressDiff:
-        """The diff of the egress sink `sink`: the requests made during the trial."""
-        result: EgressDiff = self._typed(sink, "egress")
-        return result
+    if not TYPE_CHECKING:  # type checkers see `of`, and `oracle.Evidence` the typed accessors
 
-    def mail(self, sink: str) -> MailDiff:
-        """The diff of the SMTP mailbox `sink`: the messages sent during the trial."""
-        result: MailDiff = self._typed(sink, "mail")
-        return result
+        def __getattr__(self, name: str) -> Any:
+            return named_accessor(self, name, "diff")
 
-    def inbox(self, sink: str) -> InboxDiff:
-        """The diff of the Maildir or mbox `sink`: messages added, removed, re-flagged."""
-        result: InboxDiff = self._typed(sink, "inbox")
-        return result
-
-    def reply(self, sink: str = "reply") -> ReplyDiff:
-        """The diff of the reply sink: what the agent published as its reply."""
-        result: ReplyDiff = self._typed(sink, "reply")
-        return result
-
-    def redis(self, sink: str) -> RedisDiff:
-        """The diff of the Redis sink `sink`."""
-        result: RedisDiff = self._typed(sink, "redis")
-        return result
-
-    def amqp(self, sink: str) -> AmqpDiff:
-        """The diff of the message-queue sink `sink` (RabbitMQ)."""
-        result: AmqpDiff = self._typed(sink, "amqp")
-        return result
+    def __dir__(self) -> list[str]:
+        return names_with_accessors(self)
 
     def find_secret(self, secret: str | bytes) -> list[CanaryHit]:
         """Every place `secret` appears in content any sink's changes added or changed: raw,
@@ -506,3 +476,6 @@ class Diff(Mapping[str, SinkDiff]):
     def to_json(self) -> dict[str, Json]:
         """Canonical JSON: sink name → that sink's diff."""
         return {name: d.to_json() for name, d in self._sinks.items()}
+
+
+reserve(Diff)

@@ -60,6 +60,10 @@ class Sink(Protocol):
             def __init__(self, name, path): self.name, self.path = name, path
             def snapshot(self): ...   # read everything, or raise SnapshotError
             def diff(self, before, after): ...
+
+    Its module also declares the kind, beside its diff class (``ONEFILE =
+    SinkKind("onefile", diff=OneFileDiff, state=OneFileState)``, see `oracle.kinds`), so that
+    archives of it rebuild and predicates read it as ``ev.diff.of(ONEFILE, name)``.
     """
 
     name: str

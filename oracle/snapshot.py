@@ -4,30 +4,33 @@ A snapshot is complete or it is not taken: a sink that cannot read all of its st
 `SnapshotError`, and the trial records that observation as failed (its verdicts become unknown).
 
 A snapshot also comes back from its JSON form (`snapshot_from_json`), for a scorer that gets
-only the archived evidence: each sink module registers, by its kind, how to rebuild its state
-(`register_state`), so that this module needs to know no sink.
+only the archived evidence: each sink module declares its kind (`oracle.kinds.SinkKind`), which
+registers how to rebuild its state, so that this module needs to know no sink.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from oracle.canonical import Json
 from oracle.diff import EvidenceFormatError, UnknownSinkError, json_difference
+from oracle.kinds import (
+    SinkKind,
+    named_accessor,
+    names_with_accessors,
+    reserve,
+    state_kinds,
+    state_loader,
+)
+
+# Where sink modules that declare no `SinkKind` (and older callers) find it.
+from oracle.kinds import register_state as register_state
 
 if TYPE_CHECKING:
     from oracle.sink import SinkSpec
-    from oracle.sinks.amqp import AmqpState
-    from oracle.sinks.egress import EgressState
-    from oracle.sinks.files import FolderState
-    from oracle.sinks.inbox import InboxState
-    from oracle.sinks.mail import MailState
-    from oracle.sinks.redis import RedisState
-    from oracle.sinks.reply import ReplyState
-    from oracle.sinks.sql import SqlState
 
 
 class State(Protocol):
@@ -72,35 +75,6 @@ class Snapshot:
         }
 
 
-#: Rebuilds a sink kind's state from its ``to_json`` form; the second argument is the task's
-#: spec of that sink, or None. Raises ValueError, TypeError or KeyError when the JSON is not a
-#: state of that kind.
-type StateLoader = Callable[[Any, SinkSpec | None], State]
-
-_STATE_LOADERS: dict[str, StateLoader] = {}
-
-
-def register_state(kind: str, load: StateLoader) -> None:
-    """Make `snapshot_from_json` rebuild states of sink kind `kind` with `load`. A sink module
-    calls it once, on import::
-
-        register_state("sql", SqlState.from_json)
-
-    A second loader for a kind that another module registered is refused: an archive could
-    not tell which one its states were written for."""
-    known = _STATE_LOADERS.get(kind)
-    if known is not None and _origin(known) != _origin(load):
-        raise TypeError(
-            f"sink kind {kind!r}: states are already rebuilt by {'.'.join(_origin(known))}, "
-            f"not {'.'.join(_origin(load))}"
-        )
-    _STATE_LOADERS[kind] = load
-
-
-def _origin(load: StateLoader) -> tuple[str, str]:
-    return (getattr(load, "__module__", "?"), getattr(load, "__qualname__", repr(load)))
-
-
 _SNAPSHOT_FIELDS = frozenset({"sink", "kind", "digest", "taken_at", "state"})
 
 
@@ -136,9 +110,9 @@ def snapshot_from_json(raw: Mapping[str, Any], spec: SinkSpec | None = None) -> 
         )
     if spec is not None and spec.name != sink:
         raise EvidenceFormatError(sink, kind, f"the spec handed over is sink {spec.name!r}'s")
-    load = _STATE_LOADERS.get(kind)
+    load = state_loader(kind)
     if load is None:
-        known = ", ".join(sorted(_STATE_LOADERS)) or "none"
+        known = ", ".join(state_kinds()) or "none"
         raise EvidenceFormatError(
             sink,
             kind,
@@ -184,48 +158,30 @@ class States(Mapping[str, Snapshot]):
     def __len__(self) -> int:
         return len(self._snapshots)
 
-    def _state(self, sink: str, kind: str) -> Any:
-        snap = self[sink]
-        if snap.kind != kind:
-            raise TypeError(f"sink {sink!r} is a {snap.kind} sink, not {kind}")
-        return snap.state
+    def of[S](self, kind: SinkKind[Any, S], sink: str | None = None) -> S:
+        """The state of the sink `sink` of `kind`, typed::
 
-    def sql(self, sink: str) -> SqlState:
-        """The state of the SQL sink `sink`: ``rows(table)``, ``row(table, key)``…"""
-        state: SqlState = self._state(sink, "sql")
+            ev.before.of(SQL, "shop").rows("orders")      # SQL from oracle.sinks.sql
+
+        `sink` may be left out for a kind with a default sink (the reply). Raises
+        `UnknownSinkError` for a sink not observed, TypeError for a sink of another kind.
+        ``ev.before.sql("shop")`` is the same, by the kind's accessor name."""
+        name = sink if sink is not None else kind.default_sink
+        if name is None:
+            raise TypeError(f"name the {kind.name} sink to read ({kind.name} has no default)")
+        snap = self[name]
+        if snap.kind != kind.name:
+            raise TypeError(f"sink {name!r} is a {snap.kind} sink, not {kind.name}")
+        state: S = snap.state
         return state
 
-    def files(self, sink: str) -> FolderState:
-        """The state of the file sink `sink`: ``text(path)``, ``exists(path)``…"""
-        state: FolderState = self._state(sink, "files")
-        return state
+    if not TYPE_CHECKING:  # type checkers see `of`, and `oracle.Evidence` the typed accessors
 
-    def egress(self, sink: str) -> EgressState:
-        """The state of the egress sink `sink`: ``requests(host=…)``."""
-        state: EgressState = self._state(sink, "egress")
-        return state
+        def __getattr__(self, name: str) -> Any:
+            return named_accessor(self, name, "state")
 
-    def mail(self, sink: str) -> MailState:
-        """The state of the SMTP mailbox `sink`: the messages captured so far."""
-        state: MailState = self._state(sink, "mail")
-        return state
+    def __dir__(self) -> list[str]:
+        return names_with_accessors(self)
 
-    def inbox(self, sink: str) -> InboxState:
-        """The state of the Maildir or mbox `sink`: ``messages()``, ``message(key)``."""
-        state: InboxState = self._state(sink, "inbox")
-        return state
 
-    def reply(self, sink: str = "reply") -> ReplyState:
-        """The state of the reply sink: the reply, once the agent has run."""
-        state: ReplyState = self._state(sink, "reply")
-        return state
-
-    def redis(self, sink: str) -> RedisState:
-        """The state of the Redis sink `sink`: ``value(key)``, ``keys(pattern)``…"""
-        state: RedisState = self._state(sink, "redis")
-        return state
-
-    def amqp(self, sink: str) -> AmqpState:
-        """The state of the message-queue sink `sink`: ``published(...)``, ``queued(...)``."""
-        state: AmqpState = self._state(sink, "amqp")
-        return state
+reserve(States, "label", "failed")

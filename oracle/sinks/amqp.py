@@ -42,8 +42,9 @@ from pydantic import Field, TypeAdapter
 
 from oracle.canonical import Json, digest_json, to_jsonable
 from oracle.diff import Change, Content, SinkDiff
+from oracle.kinds import SinkKind
 from oracle.query import matches
-from oracle.snapshot import Snapshot, SnapshotError, register_state
+from oracle.snapshot import Snapshot, SnapshotError
 
 KIND = "amqp"
 
@@ -207,8 +208,6 @@ class _StateJson(TypedDict):
 
 _STATE: TypeAdapter[_StateJson] = TypeAdapter(_StateJson)
 
-register_state(KIND, AmqpState.from_json)
-
 
 class _MessageChange(Change):
     change: str
@@ -366,6 +365,10 @@ class AmqpDiff(SinkDiff):
             for c in self.of_type(MessageTaken)
             if c.queue == queue and matches(c.record(), where, "message")
         ]
+
+
+#: The message-queue sink kind (RabbitMQ): ``ev.diff.of(AMQP, "bus")``, ``ev.diff.amqp("bus")``.
+AMQP = SinkKind(KIND, diff=AmqpDiff, state=AmqpState)
 
 
 def _appended(

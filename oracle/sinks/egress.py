@@ -31,13 +31,14 @@ from pydantic import TypeAdapter
 from oracle.agent import RunRecord
 from oracle.canonical import Json, digest_json
 from oracle.diff import Change, Content, IncompleteEvidenceError, SinkDiff
+from oracle.kinds import SinkKind
 from oracle.proxies.egress import EgressRecorder, RecorderError
 from oracle.proxies.egress_log import EgressRequest
 from oracle.proxies.egress_policy import Rule
 from oracle.proxies.jail import Attempt
 from oracle.sinks import content_coding
 from oracle.sinks.content_coding import Decoded, decode
-from oracle.snapshot import Snapshot, SnapshotError, register_state
+from oracle.snapshot import Snapshot, SnapshotError
 
 KIND = "egress"
 
@@ -178,8 +179,6 @@ class _StateJson(TypedDict):
 
 
 _STATE: TypeAdapter[_StateJson] = TypeAdapter(_StateJson)
-
-register_state(KIND, EgressState.from_json)
 
 
 class RequestMade(Change):
@@ -327,6 +326,10 @@ class EgressDiff(SinkDiff):
             if isinstance(h.change, RequestMade)
         }
         return [found[k] for k in sorted(found)]
+
+
+#: The egress sink kind, boundary evidence: ``ev.boundary.of(EGRESS)``, ``ev.diff.egress("net")``.
+EGRESS = SinkKind(KIND, diff=EgressDiff, state=EgressState, boundary=True)
 
 
 def diff_requests(sink: str, before: EgressState, after: EgressState) -> EgressDiff:

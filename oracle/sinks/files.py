@@ -45,9 +45,10 @@ from pydantic import TypeAdapter
 from oracle.canonical import Json
 from oracle.diff import Change, Content, IncompleteEvidenceError, SinkDiff
 from oracle.globs import PathOutsideRootError, check_relative, compile_glob, match_any
+from oracle.kinds import SinkKind
 from oracle.query import matches
 from oracle.sinks.reads import FileReadProbe
-from oracle.snapshot import Snapshot, SnapshotError, register_state
+from oracle.snapshot import Snapshot, SnapshotError
 
 KIND = "files"
 DEFAULT_TEXT_LIMIT = 64 * 1024
@@ -235,8 +236,6 @@ class _FolderJson(TypedDict):
 
 
 _FOLDER: TypeAdapter[_FolderJson] = TypeAdapter(_FolderJson)
-
-register_state(KIND, FolderState.from_json)
 
 
 class FileAdded(Change):
@@ -477,6 +476,10 @@ class FileDiff(SinkDiff):
     def paths(self) -> list[str]:
         """Every changed path, in order (both paths of a move)."""
         return [getattr(c, "path", "") for c in self._by_path]
+
+
+#: The file sink kind: ``ev.diff.of(FILES, "root")``, ``ev.diff.files("root")``.
+FILES = SinkKind(KIND, diff=FileDiff, state=FolderState)
 
 
 def _by_path(changes: Sequence[Change]) -> tuple[Change, ...]:

@@ -38,8 +38,9 @@ from pydantic import BaseModel, ConfigDict, TypeAdapter
 
 from oracle.canonical import Json, digest_json
 from oracle.diff import Change, Content, SinkDiff
+from oracle.kinds import SinkKind
 from oracle.sinks.message import ParsedMessage, message_contents, parse_message
-from oracle.snapshot import Snapshot, SnapshotError, register_state
+from oracle.snapshot import Snapshot, SnapshotError
 
 KIND = "inbox"
 Format = Literal["maildir", "mbox"]
@@ -150,8 +151,6 @@ class _StateJson(TypedDict):
 
 _STATE: TypeAdapter[_StateJson] = TypeAdapter(_StateJson)
 
-register_state(KIND, InboxState.from_json)
-
 
 class InboxMessageAdded(Change):
     change: Literal["inbox_message_added"] = "inbox_message_added"
@@ -238,6 +237,10 @@ class InboxDiff(SinkDiff):
     def flagged(self, letter: str) -> list[str]:
         """Keys of messages that gained the flag `letter` (``S``, ``R``, ``P``, ``T``…)."""
         return [c.key for c in self.of_type(FlagsChanged) if letter in c.added_flags]
+
+
+#: The Maildir and mbox sink kind: ``ev.diff.of(INBOX, "inbox")``, ``ev.diff.inbox("inbox")``.
+INBOX = SinkKind(KIND, diff=InboxDiff, state=InboxState)
 
 
 def diff_inboxes(sink: str, before: InboxState, after: InboxState) -> InboxDiff:

@@ -29,9 +29,10 @@ from pydantic import BaseModel, ConfigDict, TypeAdapter
 
 from oracle.canonical import Json, digest_json
 from oracle.diff import Change, Content, IncompleteEvidenceError, SinkDiff
+from oracle.kinds import SinkKind
 from oracle.proxies.smtp import Captured, SmtpCapture, SmtpError
 from oracle.sinks.message import ParsedMessage, message_contents, parse_message
-from oracle.snapshot import Snapshot, SnapshotError, register_state
+from oracle.snapshot import Snapshot, SnapshotError
 
 KIND = "mail"
 
@@ -147,8 +148,6 @@ class _StateJson(TypedDict):
 
 _STATE: TypeAdapter[_StateJson] = TypeAdapter(_StateJson)
 
-register_state(KIND, MailState.from_json)
-
 
 class MessageSent(Change):
     """A message the SMTP server accepted during the trial."""
@@ -260,6 +259,10 @@ class MailDiff(SinkDiff):
             if isinstance(h.change, MessageSent)
         }
         return [found[k] for k in sorted(found)]
+
+
+#: The SMTP mailbox sink kind, boundary evidence: ``ev.boundary.of(MAIL)``, ``ev.diff.mail("out")``.
+MAIL = SinkKind(KIND, diff=MailDiff, state=MailState, boundary=True)
 
 
 class MailSink:

@@ -32,8 +32,9 @@ from pydantic import BaseModel, ConfigDict, TypeAdapter
 
 from oracle.canonical import Json, digest_json, to_jsonable
 from oracle.diff import Change, Content, SinkDiff
+from oracle.kinds import SinkKind
 from oracle.query import matches
-from oracle.snapshot import Snapshot, SnapshotError, register_state
+from oracle.snapshot import Snapshot, SnapshotError
 
 KIND = "redis"
 
@@ -227,8 +228,6 @@ class _StateJson(TypedDict):
 
 _STATE: TypeAdapter[_StateJson] = TypeAdapter(_StateJson)
 
-register_state(KIND, RedisState.from_json)
-
 # -- changes --------------------------------------------------------------------------------
 
 
@@ -387,6 +386,10 @@ class RedisDiff(SinkDiff):
     def touched(self, pattern: str = "*") -> bool:
         """Whether any key matching `pattern` was added, removed or changed."""
         return any(fnmatchcase(getattr(c, "key", ""), pattern) for c in self.changes)
+
+
+#: The Redis sink kind: ``ev.diff.of(REDIS, "cache")``, ``ev.diff.redis("cache")``.
+REDIS = SinkKind(KIND, diff=RedisDiff, state=RedisState)
 
 
 def diff_redis(sink: str, before: RedisState, after: RedisState) -> RedisDiff:

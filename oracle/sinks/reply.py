@@ -38,7 +38,8 @@ from pydantic import Field, TypeAdapter
 
 from oracle.canonical import Json, digest_json
 from oracle.diff import Change, Content, IncompleteEvidenceError, SinkDiff
-from oracle.snapshot import Snapshot, SnapshotError, register_state
+from oracle.kinds import SinkKind
+from oracle.snapshot import Snapshot, SnapshotError
 
 if TYPE_CHECKING:
     from oracle.agent import RunRecord
@@ -121,8 +122,6 @@ class _StateJson(TypedDict):
 
 
 _STATE: TypeAdapter[_StateJson] = TypeAdapter(_StateJson)
-
-register_state(KIND, ReplyState.from_json)
 
 
 class ReplyPublished(Change):
@@ -239,6 +238,10 @@ class ReplyDiff(SinkDiff):
     def hosts(self) -> list[str]:
         """The hosts of the links in the reply, lower case, in order, once each."""
         return list(dict.fromkeys(h for h in map(_host, self.links()) if h))
+
+
+#: The reply sink kind, boundary evidence: ``ev.boundary.of(REPLY)``, ``ev.diff.reply()``.
+REPLY = SinkKind(KIND, diff=ReplyDiff, state=ReplyState, boundary=True, default_sink="reply")
 
 
 class ReplySink:

@@ -33,7 +33,7 @@ from sqlalchemy.engine import Engine
 
 from oracle.canonical import digest_json
 from oracle.server_limits import ServerLimits
-from oracle.sinks.sql_diff import ABSENT, SqlDiff, diff_states
+from oracle.sinks.sql_diff import ABSENT, SQL, SqlDiff, diff_states
 from oracle.sinks.sql_server import Dialect, ServerReader
 from oracle.sinks.sql_state import (
     KIND,
@@ -47,7 +47,16 @@ from oracle.snapshot import Snapshot, SnapshotError
 
 SERVER_BACKENDS = ("postgresql", "mysql", "mariadb")
 
-__all__ = ["ABSENT", "ColumnInfo", "SchemaObject", "SqlDiff", "SqlSink", "SqlState", "TableState"]
+__all__ = [
+    "ABSENT",
+    "SQL",
+    "ColumnInfo",
+    "SchemaObject",
+    "SqlDiff",
+    "SqlSink",
+    "SqlState",
+    "TableState",
+]
 
 
 def _type_name(col_type: Any, dialect: sa.Dialect) -> str:

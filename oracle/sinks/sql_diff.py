@@ -34,9 +34,10 @@ from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model
 from oracle.canonical import Json, row_digest, to_jsonable
 from oracle.diff import Change, Content, IncompleteEvidenceError, SinkDiff
 from oracle.frozen import freeze
+from oracle.kinds import SinkKind
 from oracle.query import UnknownFieldError, matches
 from oracle.sinks.sql_pairs import key_order, pair_rows
-from oracle.sinks.sql_state import ColumnInfo, SchemaObject, SqlState, TableState
+from oracle.sinks.sql_state import KIND, ColumnInfo, SchemaObject, SqlState, TableState
 
 
 class Absent(Enum):
@@ -379,6 +380,10 @@ class SqlDiff(SinkDiff):
         """Tables, columns, keys, indexes, views and triggers added, removed or altered."""
         row_types = (RowAdded, RowRemoved, RowChanged)
         return [c for c in self.changes if not isinstance(c, row_types)]
+
+
+#: The SQL sink kind: ``ev.diff.of(SQL, "shop")``, ``ev.diff.sql("shop")``.
+SQL = SinkKind(KIND, diff=SqlDiff, state=SqlState)
 
 
 def _row_matches(

@@ -1,9 +1,9 @@
 """The state a SQL snapshot holds: tables keyed by primary key, rows digested one by one.
 
 A state also comes back from its JSON form (`SqlState.from_json`, registered for the kind
-``sql``): its rows then hold canonical values made native (`oracle.canonical.native`) —
-decimals, bytes, non-finite floats and big integers as Python values, timestamps, dates and
-UUIDs as the ISO text that the canonical form writes.
+``sql`` by `oracle.sinks.sql_diff.SQL`): its rows then hold canonical values made native
+(`oracle.canonical.native`) — decimals, bytes, non-finite floats and big integers as Python
+values, timestamps, dates and UUIDs as the ISO text that the canonical form writes.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from pydantic import BaseModel, ConfigDict, TypeAdapter
 
 from oracle.canonical import Json, digest_json, dumps, native, row_digest, to_jsonable
 from oracle.query import matches
-from oracle.snapshot import register_state
 
 KIND = "sql"
 
@@ -373,8 +372,6 @@ class _StateJson(TypedDict):
 
 
 _STATE: TypeAdapter[_StateJson] = TypeAdapter(_StateJson)
-
-register_state(KIND, SqlState.from_json)
 
 
 def build_table(

@@ -28,6 +28,7 @@ from typing import Any, Literal
 from oracle.diff import IncompleteEvidenceError, UnknownSinkError
 from oracle.evaluators import PredicateResult, combine, run_predicate
 from oracle.evidence import Evidence
+from oracle.sinks.reply import REPLY
 from oracle.verdict import DECIDING_TIERS, EvaluatorKind, Outcome
 
 Tier = Literal["environment", "boundary", "harness", "claim"]
@@ -138,7 +139,7 @@ class AgentDojoCheck:
     def _final_text(self, ev: Evidence) -> str:
         if self.tier != "boundary":
             return ""
-        reply = ev.boundary.reply(self.reply)
+        reply = ev.boundary.of(REPLY, self.reply)
         cut = reply.unseen()
         if cut:
             raise IncompleteEvidenceError(f"the check reads the whole reply: {cut}")
@@ -161,7 +162,7 @@ class AgentDojoCheck:
         if self.tier != "boundary":
             return None
         try:
-            captured = ev.fresh().boundary.reply(self.reply).captured
+            captured = ev.fresh().boundary.of(REPLY, self.reply).captured
         except UnknownSinkError:  # not observed: the trial's observation failed, and says so
             return None
         if captured:

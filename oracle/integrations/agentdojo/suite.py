@@ -33,15 +33,16 @@ from oracle.fixtures.reply import reply
 from oracle.integrations.agentdojo.checks import AgentDojoCheck, classify
 from oracle.integrations.agentdojo.environment import (
     KIND,
+    EnvDiff,
     EnvSink,
     EnvState,
     dumps,
     restore,
     write_atomic,
 )
+from oracle.kinds import SinkKind
 from oracle.sandbox import SandboxView
 from oracle.sink import FixtureError, Place, Provisioned, env_suffix
-from oracle.snapshot import register_state
 from oracle.task import Injection, Task, breach, clean
 from oracle.tools import ToolCall, current_log
 
@@ -183,7 +184,9 @@ def load_env_state(raw: Any, spec: object) -> EnvState:
     return EnvState.from_json(raw, get_suite(spec.suite, spec.version).environment_type)
 
 
-register_state(KIND, load_env_state)
+#: The AgentDojo environment sink kind: ``ev.diff.of(AGENTDOJO, "env")``, ``ev.after.of(AGENTDOJO,
+#: "env")`` (its states rebuilt with the environment type the sink's spec names).
+AGENTDOJO = SinkKind(KIND, diff=EnvDiff, state=EnvState, load=load_env_state)
 
 
 class AgentDojoEnvFixture:
