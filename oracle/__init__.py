@@ -10,8 +10,9 @@ The authoring surface, in one import::
 See docs/authoring.md.
 """
 
+from typing import TYPE_CHECKING
+
 from oracle.agent import Agent, CallableAgent, RunRecord
-from oracle.evidence import Evidence
 from oracle.fixtures import (
     Canned,
     Dir,
@@ -38,6 +39,12 @@ from oracle.sandbox import Sandbox, SandboxView
 from oracle.sinks.sql_diff import ABSENT
 from oracle.task import Control, Injection, Scope, Task, TaskError, breach, clean, mirror
 from oracle.trial import run_trial
+
+if TYPE_CHECKING:
+    # The same class, seen with a typed accessor per built-in sink kind (ev.diff.sql(...)).
+    from oracle.typed_evidence import Evidence
+else:
+    from oracle.evidence import Evidence
 
 __all__ = [
     "ABSENT",
