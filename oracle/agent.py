@@ -27,8 +27,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from oracle.attempt import Attempt
 from oracle.invocation import Invocation, Step
-from oracle.proxies.jail import Attempt
 from oracle.sandbox import SandboxView
 from oracle.tools import ToolCall, recording
 

@@ -34,9 +34,9 @@ from types import TracebackType
 from typing import IO, Any
 
 import oracle
+from oracle.attempt import Attempt
 from oracle.proxies.egress_log import EgressRequest, fold, open_tunnels, read_events
 from oracle.proxies.egress_policy import Canned, EgressPolicy
-from oracle.proxies.jail import Attempt
 
 __all__ = ["Canned", "EgressPolicy", "EgressRecorder", "EgressRequest", "RecorderError"]
 
