@@ -34,7 +34,8 @@ from oracle.fixtures import (
 from oracle.limits import Limits
 from oracle.loader import load_tasks
 from oracle.record import Cell, TrialRecord
-from oracle.sandbox import Sandbox, SandboxView
+from oracle.sandbox import Sandbox
+from oracle.sandbox_view import SandboxView
 from oracle.sinks.sql_diff import ABSENT
 from oracle.task import Control, Injection, Scope, Task, TaskError, breach, clean, mirror
 from oracle.trial import run_trial

@@ -29,7 +29,7 @@ from typing import Protocol, runtime_checkable
 
 from oracle.attempt import Attempt
 from oracle.invocation import Invocation, Step
-from oracle.sandbox import SandboxView
+from oracle.sandbox_view import SandboxView
 from oracle.tools import ToolCall, recording
 
 

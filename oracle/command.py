@@ -67,7 +67,7 @@ from oracle.program import identify
 from oracle.proxies.decoy import Decoys
 from oracle.proxies.gate import GateError, login_gates
 from oracle.proxies.jail import JailError, NetworkJail
-from oracle.sandbox import SandboxView
+from oracle.sandbox_view import SandboxView
 
 Isolation = Literal["bwrap", "none"]
 OUTPUT_LIMIT = 1 << 20

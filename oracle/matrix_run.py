@@ -36,7 +36,7 @@ import multiprocessing
 import multiprocessing.util
 import os
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +61,8 @@ from oracle.loader import load_tasks
 from oracle.matrix import Matrix, MatrixError, parse_matrix
 from oracle.record import Cell
 from oracle.run_id import ensure_run, run_id_of
-from oracle.sandbox import Sandbox, SandboxView
+from oracle.sandbox_view import SandboxView
+from oracle.sandboxing import Sandbox, new_sandbox
 from oracle.scoring.scorer import Scorer
 from oracle.signing import SIGNATURE_SUFFIX, default_key_folder, signature_path
 from oracle.task import Task
@@ -113,7 +114,7 @@ class MatrixAgent:
         # Everything else of the view stays: the agent folder it may write, and the oracle's
         # folders an isolated agent must not see, to which the run's own archives are added.
         private = (*view.private, *(h for h in self.hidden if h not in view.private))
-        return self.base.run(replace(view, env={**view.env, **self.env}, private=private))
+        return self.base.run(view.with_env({**view.env, **self.env}, private=private))
 
 
 def key_folders(key_path: Path | None) -> list[Path]:
@@ -208,7 +209,7 @@ class WorkerContext:
         # accounts, queue names) or bound to a port the system assigns (SMTP server, egress
         # recorder), so no two sandboxes share one.
         tag = "c" + hashlib.sha256(f"{cell.id}|{os.getpid()}".encode()).hexdigest()[:10]
-        sandbox = Sandbox(task, tag=tag)
+        sandbox = new_sandbox(task, tag=tag)
         try:
             sandbox.open()
         except Exception:

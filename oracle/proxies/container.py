@@ -31,7 +31,7 @@ from oracle.isolation.engine import AGENT_REMEDY as AGENT_REMEDY
 from oracle.isolation.engine import ContainerEngineMissingError as ContainerEngineMissingError
 from oracle.isolation.engine import docker_client as docker_client
 from oracle.limits import Limits, format_size, parse_size
-from oracle.sandbox import SandboxView
+from oracle.sandbox_view import SandboxView
 
 
 def container_config(

@@ -39,7 +39,7 @@ from oracle.integrations.agentdojo.environment import (
     restore,
     write_atomic,
 )
-from oracle.sandbox import SandboxView
+from oracle.sandbox_view import SandboxView
 from oracle.sink import FixtureError, Place, Provisioned, env_suffix
 from oracle.snapshot import register_state
 from oracle.task import Injection, Task, breach, clean
