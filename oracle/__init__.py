@@ -10,7 +10,7 @@ The authoring surface, in one import::
 See docs/authoring.md.
 """
 
-from oracle.agent import Agent, CallableAgent, RunRecord
+from oracle.agent import Agent, CallableAgent, RunRecord, register_resolver
 from oracle.evidence import Evidence
 from oracle.fixtures import (
     Canned,
@@ -39,6 +39,19 @@ from oracle.sandbox_view import SandboxView
 from oracle.sinks.sql_diff import ABSENT
 from oracle.task import Control, Injection, Scope, Task, TaskError, breach, clean, mirror
 from oracle.trial import run_trial
+
+
+def _resolve_agent(spec: str) -> Agent:
+    """`oracle.agent_spec.resolve_agent`, imported on first use: it loads the command and
+    demo agents, which ``import oracle`` alone does not need."""
+    from oracle.agent_spec import resolve_agent
+
+    return resolve_agent(spec)
+
+
+# The matrix (oracle.matrix_run) resolves each harness's agent through this, in every process
+# that imports oracle: its own, a local worker, a Ray worker.
+register_resolver(_resolve_agent)
 
 __all__ = [
     "ABSENT",

@@ -43,7 +43,7 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from oracle import controls_record
-from oracle.agent import Agent, RunRecord
+from oracle.agent import Agent, RunRecord, agent_named
 from oracle.archive import private_folders
 from oracle.cell_archive import (
     SUFFIX,
@@ -56,6 +56,7 @@ from oracle.cell_archive import (
     write_cell,
 )
 from oracle.cell_intake import REFUSED, accept
+from oracle.errors import UsageError
 from oracle.lifeline import die_with_parent
 from oracle.loader import load_tasks
 from oracle.matrix import Matrix, MatrixError, parse_matrix
@@ -146,12 +147,10 @@ def resolve_agents(matrix: Matrix) -> dict[str, Agent]:
     """Every harness's agent, resolved as the CLI resolves ``--agent``. An unknown name, or a
     module or file that cannot be loaded, is a `MatrixError` naming the matrix file and the
     line of that harness's ``agent`` key."""
-    from oracle.cli import UsageError, resolve_agent  # resolved as the CLI resolves them
-
     agents: dict[str, Agent] = {}
     for name, harness in matrix.spec.harnesses.items():
         try:
-            agents[name] = resolve_agent(harness.agent)
+            agents[name] = agent_named(harness.agent)
         except Exception as exc:  # loading an agent's module runs its code: anything may fail
             why = (
                 str(exc)
@@ -407,11 +406,12 @@ def _serial(
 
 # Imported once in the fork server, so that each worker starts with them loaded. The first
 # ties the fork server to the driver: it dies when the driver does (see oracle.lifeline).
+# oracle.agent_spec is what resolving the harnesses' agents loads (the command and demo
+# agents); named here only to warm it, as the registered resolver imports it on first use.
 _PRELOAD = [
     "oracle.matrix_forkserver",
     "oracle.matrix_run",
-    "oracle.cli",
-    "oracle.demo",
+    "oracle.agent_spec",
     "oracle.fixtures.sqlite",
     "oracle.fixtures.folder",
     "sqlalchemy.dialects.sqlite",
