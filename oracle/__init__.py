@@ -12,7 +12,7 @@ See docs/authoring.md.
 
 from typing import TYPE_CHECKING
 
-from oracle.agent import Agent, CallableAgent, RunRecord
+from oracle.agent import Agent, CallableAgent, RunRecord, register_resolver
 from oracle.fixtures import (
     Canned,
     Dir,
@@ -35,7 +35,8 @@ from oracle.fixtures import (
 from oracle.limits import Limits
 from oracle.loader import load_tasks
 from oracle.record import Cell, TrialRecord
-from oracle.sandbox import Sandbox, SandboxView
+from oracle.sandbox import Sandbox
+from oracle.sandbox_view import SandboxView
 from oracle.sinks.sql_diff import ABSENT
 from oracle.task import Control, Injection, Scope, Task, TaskError, breach, clean, mirror
 from oracle.trial import run_trial
@@ -45,6 +46,19 @@ if TYPE_CHECKING:
     from oracle.typed_evidence import Evidence
 else:
     from oracle.evidence import Evidence
+
+
+def _resolve_agent(spec: str) -> Agent:
+    """`oracle.agent_spec.resolve_agent`, imported on first use: it loads the command and
+    demo agents, which ``import oracle`` alone does not need."""
+    from oracle.agent_spec import resolve_agent
+
+    return resolve_agent(spec)
+
+
+# The matrix (oracle.matrix_run) resolves each harness's agent through this, in every process
+# that imports oracle: its own, a local worker, a Ray worker.
+register_resolver(_resolve_agent)
 
 __all__ = [
     "ABSENT",

@@ -27,9 +27,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from oracle.attempt import Attempt
 from oracle.invocation import Invocation, Step
-from oracle.proxies.jail import Attempt
-from oracle.sandbox import SandboxView
+from oracle.sandbox_view import SandboxView
 from oracle.tools import ToolCall, recording
 
 
@@ -211,3 +211,36 @@ def _kill_group(pid: int | None) -> None:
 def noop(view: SandboxView) -> str:
     """An agent that does nothing (the no-op control): it publishes an empty reply."""
     return ""
+
+
+#: Makes an agent from its name: ``careful``, ``cmd:./agent.sh``, ``package.module:function``.
+AgentResolver = Callable[[str], Agent]
+
+
+class NoAgentResolverError(RuntimeError):
+    """No way to resolve agents by name is registered (``import oracle`` registers one)."""
+
+
+_RESOLVER: AgentResolver | None = None
+
+
+def register_resolver(resolve: AgentResolver) -> None:
+    """Make `resolve` what `agent_named` calls (in place of any registered before). The
+    package registers `oracle.agent_spec.resolve_agent` when imported."""
+    global _RESOLVER
+    _RESOLVER = resolve
+
+
+def agent_named(spec: str) -> Agent:
+    """The agent `spec` names, as ``oracle trial --agent`` resolves it (a `UsageError` where
+    it names none). Raises `NoAgentResolverError` where no resolver is registered.
+
+    >>> agent_named("noop").name
+    'noop'
+    """
+    if _RESOLVER is None:
+        raise NoAgentResolverError(
+            f"agent {spec!r}: no agent resolver is registered; import oracle (which registers "
+            "oracle.agent_spec.resolve_agent), or call oracle.agent.register_resolver"
+        )
+    return _RESOLVER(spec)

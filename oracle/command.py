@@ -7,11 +7,11 @@ unless asked (`pass_env`). Its stdout is captured as the reply (boundary evidenc
 final message (its own account, a claim); its stderr as a log. Both are capped, and the
 truncation is recorded. A timeout kills it with its whole process group.
 
-With ``isolation="bwrap"`` (the default) it runs under bubblewrap (`oracle.proxies.bwrap`)
+With ``isolation="bwrap"`` (the default) it runs under bubblewrap (`oracle.isolation.bwrap`)
 inside a network namespace (`oracle.proxies.jail`) whose only ways out are the services the
 task exposes; a connection anywhere else, loopback included, is recorded as an attempt and
 reaches nothing. Its filesystem is an allow-list: the system's folders, what the program needs
-(`oracle.proxies.allowlist`: its folder, interpreter, virtual environment, import path) and
+(`oracle.isolation.allowlist`: its folder, interpreter, virtual environment, import path) and
 the files or folders named in `readable`, read-only; the agent folder, writable. A
 database server it is handed an account on is reached through a login gate
 (`oracle.proxies.gate`): it logs in as that account or not at all, and a refused login is
@@ -50,10 +50,8 @@ import sqlalchemy as sa
 
 from oracle.agent import AgentError, RunRecord
 from oracle.invocation import Invocation, LimitRecord, Program, Step, StepOutcome
-from oracle.limits import Limits
-from oracle.program import identify
-from oracle.proxies.allowlist import ProgramFiles, program_files
-from oracle.proxies.bwrap import (
+from oracle.isolation.allowlist import ProgramFiles, program_files
+from oracle.isolation.bwrap import (
     BwrapMissingError,
     BwrapPolicy,
     bwrap_argv,
@@ -63,11 +61,13 @@ from oracle.proxies.bwrap import (
     unseen,
     within,
 )
-from oracle.proxies.cgroup import RunLimits
+from oracle.isolation.cgroup import RunLimits
+from oracle.limits import Limits
+from oracle.program import identify
 from oracle.proxies.decoy import Decoys
 from oracle.proxies.gate import GateError, login_gates
 from oracle.proxies.jail import JailError, NetworkJail
-from oracle.sandbox import SandboxView
+from oracle.sandbox_view import SandboxView
 
 Isolation = Literal["bwrap", "none"]
 OUTPUT_LIMIT = 1 << 20

@@ -33,7 +33,7 @@ from oracle.agent import CallableAgent, noop
 from oracle.control_status import PredicateProof, TaskProof, save_proof
 from oracle.evaluators import unsupported_predicates
 from oracle.record import Cell, ControlsStatus, TrialRecord
-from oracle.sandbox import Sandbox
+from oracle.sandboxing import new_sandbox
 from oracle.scoring.scorer import Scorer
 from oracle.task import Control, Task
 from oracle.trial import TrialResult, run_trial
@@ -141,7 +141,7 @@ def run_controls(
     `scorer` is where the predicates run (by default a sealed scorer process)."""
     runs: list[ControlRun] = []
     try:
-        sandbox = Sandbox(task)
+        sandbox = new_sandbox(task)
         sandbox.open()
     except Exception as exc:
         return runs, f"task {task.name!r}: sandbox could not open: {exc}"

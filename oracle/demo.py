@@ -46,7 +46,7 @@ import sqlalchemy as sa
 
 from oracle import clients
 from oracle.globs import check_relative
-from oracle.sandbox import SandboxView
+from oracle.sandbox_view import SandboxView
 from oracle.sink import env_suffix
 
 RUNBOOK_LINE = re.compile(r"^\s*RUN\s+(\w+)(?::|\s)\s*(.*)$", re.MULTILINE)

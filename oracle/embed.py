@@ -40,7 +40,8 @@ from oracle.agent import RunRecord
 from oracle.globs import check_relative
 from oracle.invocation import Invocation, Step
 from oracle.record import Cell, ControlsStatus, TrialRecord
-from oracle.sandbox import Sandbox, SandboxView
+from oracle.sandbox_view import SandboxView
+from oracle.sandboxing import Sandbox
 from oracle.scoring.scorer import Scorer
 from oracle.task import Task
 from oracle.tools import ToolCall, ToolLog, recording

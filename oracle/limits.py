@@ -11,7 +11,7 @@ nothing)::
   the folder stays mounted until the sandbox closes, so the after snapshot reads it whole.
 - ``processes`` and ``memory``: for the agent's processes together (threads count as
   processes). A command agent runs in a cgroup of its own that has them
-  (`oracle.proxies.cgroup`): a fork past the limit fails with EAGAIN, and past the memory
+  (`oracle.isolation.cgroup`): a fork past the limit fails with EAGAIN, and past the memory
   limit the kernel kills a process.
 
 ``None`` lifts a limit. Whether each was reached is read from the kernel — the folder's

@@ -36,14 +36,14 @@ import multiprocessing
 import multiprocessing.util
 import os
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from oracle import controls_record
-from oracle.agent import Agent, RunRecord
+from oracle.agent import Agent, RunRecord, agent_named
 from oracle.archive import private_folders
 from oracle.cell_archive import (
     SUFFIX,
@@ -56,12 +56,14 @@ from oracle.cell_archive import (
     write_cell,
 )
 from oracle.cell_intake import REFUSED, accept
+from oracle.errors import UsageError
 from oracle.lifeline import die_with_parent
 from oracle.loader import load_tasks
 from oracle.matrix import Matrix, MatrixError, parse_matrix
 from oracle.record import Cell
 from oracle.run_id import ensure_run, run_id_of
-from oracle.sandbox import Sandbox, SandboxView
+from oracle.sandbox_view import SandboxView
+from oracle.sandboxing import Sandbox, new_sandbox
 from oracle.scoring.scorer import Scorer
 from oracle.signing import SIGNATURE_SUFFIX, default_key_folder, signature_path
 from oracle.task import Task
@@ -113,7 +115,7 @@ class MatrixAgent:
         # Everything else of the view stays: the agent folder it may write, and the oracle's
         # folders an isolated agent must not see, to which the run's own archives are added.
         private = (*view.private, *(h for h in self.hidden if h not in view.private))
-        return self.base.run(replace(view, env={**view.env, **self.env}, private=private))
+        return self.base.run(view.with_env({**view.env, **self.env}, private=private))
 
 
 def key_folders(key_path: Path | None) -> list[Path]:
@@ -145,12 +147,10 @@ def resolve_agents(matrix: Matrix) -> dict[str, Agent]:
     """Every harness's agent, resolved as the CLI resolves ``--agent``. An unknown name, or a
     module or file that cannot be loaded, is a `MatrixError` naming the matrix file and the
     line of that harness's ``agent`` key."""
-    from oracle.cli import UsageError, resolve_agent  # resolved as the CLI resolves them
-
     agents: dict[str, Agent] = {}
     for name, harness in matrix.spec.harnesses.items():
         try:
-            agents[name] = resolve_agent(harness.agent)
+            agents[name] = agent_named(harness.agent)
         except Exception as exc:  # loading an agent's module runs its code: anything may fail
             why = (
                 str(exc)
@@ -208,7 +208,7 @@ class WorkerContext:
         # accounts, queue names) or bound to a port the system assigns (SMTP server, egress
         # recorder), so no two sandboxes share one.
         tag = "c" + hashlib.sha256(f"{cell.id}|{os.getpid()}".encode()).hexdigest()[:10]
-        sandbox = Sandbox(task, tag=tag)
+        sandbox = new_sandbox(task, tag=tag)
         try:
             sandbox.open()
         except Exception:
@@ -406,11 +406,12 @@ def _serial(
 
 # Imported once in the fork server, so that each worker starts with them loaded. The first
 # ties the fork server to the driver: it dies when the driver does (see oracle.lifeline).
+# oracle.agent_spec is what resolving the harnesses' agents loads (the command and demo
+# agents); named here only to warm it, as the registered resolver imports it on first use.
 _PRELOAD = [
     "oracle.matrix_forkserver",
     "oracle.matrix_run",
-    "oracle.cli",
-    "oracle.demo",
+    "oracle.agent_spec",
     "oracle.fixtures.sqlite",
     "oracle.fixtures.folder",
     "sqlalchemy.dialects.sqlite",

@@ -30,8 +30,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from oracle.invocation import Program
-from oracle.proxies.allowlist import program_files
-from oracle.proxies.bwrap import (
+from oracle.isolation.allowlist import program_files
+from oracle.isolation.bwrap import (
     BwrapMissingError,
     BwrapPolicy,
     bwrap_argv,
@@ -54,7 +54,7 @@ _VERSIONS: dict[tuple[str, _Identity], tuple[str | None, str]] = {}
 def identify(exe: Path, hidden: Sequence[Path] = (), readable: Sequence[Path] = ()) -> Program:
     """The program file `exe` (links resolved): its sha256 and its answer to ``--version``,
     asked with the folders `hidden` hidden from it and what it needs to run (`readable`: its
-    interpreter, virtual environment… — `oracle.proxies.allowlist.program_files`) shown."""
+    interpreter, virtual environment… — `oracle.isolation.allowlist.program_files`) shown."""
     path = exe.resolve()
     try:
         st = path.stat()

@@ -12,9 +12,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
+from oracle.attempt import Attempt
 from oracle.claims import Claim
 from oracle.invocation import Invocation
-from oracle.proxies.jail import Attempt
 from oracle.tools import ToolCall
 
 SCHEMA_VERSION = 1

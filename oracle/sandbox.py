@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
-from oracle import clients
+from oracle import clients, sandbox_view, sandboxing
 from oracle.agent_folder import AgentFolder
 from oracle.diff import Diff, SinkDiff
 from oracle.fsops import remove_tree
@@ -156,6 +156,15 @@ class SandboxView:
             return client.execute_command(*command)
         finally:
             client.close()
+
+    def with_env(
+        self, env: Mapping[str, str], private: tuple[Path, ...] | None = None
+    ) -> SandboxView:
+        """The same view with `env` in place of its variables (and `private` in place of its
+        private folders, where given)."""
+        if private is None:
+            return dataclasses.replace(self, env=env)
+        return dataclasses.replace(self, env=env, private=private)
 
 
 class Sandbox:
@@ -424,3 +433,11 @@ class Sandbox:
                 errors[name] = f"sink {name!r}: diff failed: {type(exc).__name__}: {exc}"
         failed = {n: "not observed before and after" for n in self.provisioned if n not in diffs}
         return Diff(diffs, {**failed, **errors}), errors
+
+
+# The built-in sandbox is what `oracle.sandboxing.new_sandbox` opens once this module is imported
+# (``import oracle`` imports it). Both assignments are checked by mypy: they fail as soon as
+# these classes stop satisfying the protocols the core is written against.
+_VIEW: type[sandbox_view.SandboxView] = SandboxView
+_FACTORY: sandboxing.SandboxFactory = Sandbox
+sandboxing.register_sandbox(_FACTORY)

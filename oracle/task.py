@@ -40,7 +40,7 @@ from oracle.sink import SinkSpec
 from oracle.verdict import Metric
 
 if TYPE_CHECKING:
-    from oracle.sandbox import SandboxView
+    from oracle.sandbox_view import SandboxView
 
 ControlKind = Literal["breach", "clean", "mirror"]
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")

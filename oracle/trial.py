@@ -39,7 +39,8 @@ from oracle.record import (
     SnapshotDigests,
     TrialRecord,
 )
-from oracle.sandbox import Sandbox, SandboxView
+from oracle.sandbox_view import SandboxView
+from oracle.sandboxing import Sandbox, new_sandbox
 from oracle.scoring.scorer import Scorer, TrialEvidence
 from oracle.sink import Exposure, SinkSpec
 from oracle.snapshot import Snapshot, States
@@ -187,7 +188,9 @@ class TrialSession:
         if self._sandbox is None:
             try:
                 self._sandbox = self._stack.enter_context(
-                    Sandbox(self.task, allow_hosts=self._allow_hosts, extra_sinks=self._extra_sinks)
+                    new_sandbox(
+                        self.task, allow_hosts=self._allow_hosts, extra_sinks=self._extra_sinks
+                    )
                 )
             except Exception as exc:
                 self.trial.error = f"sandbox could not open: {exc}"

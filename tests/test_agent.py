@@ -31,3 +31,21 @@ def test_raising_is_a_failed_step_carried_by_the_error():
         CallableAgent(boom).run(VIEW)
     step = info.value.run.invocation.steps[0]
     assert step.outcome == "failed" and "ValueError" in (step.error or "")
+
+
+def test_agents_are_named_as_on_the_command_line():
+    from oracle.agent import agent_named
+    from oracle.errors import UsageError
+
+    assert agent_named("noop").name == "noop"
+    assert agent_named("cmd:./agent.sh").name == "cmd:./agent.sh"
+    with pytest.raises(UsageError, match="unknown agent 'nobody'"):
+        agent_named("nobody")
+
+
+def test_no_registered_resolver_is_a_clear_error(monkeypatch):
+    from oracle import agent
+
+    monkeypatch.setattr(agent, "_RESOLVER", None)
+    with pytest.raises(agent.NoAgentResolverError, match="agent 'noop': no agent resolver"):
+        agent.agent_named("noop")

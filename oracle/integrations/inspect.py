@@ -63,7 +63,7 @@ from oracle.embed import EmbeddedSandbox, sandbox
 from oracle.invocation import Invocation, Step
 from oracle.loader import load_tasks
 from oracle.record import Cell, TrialRecord
-from oracle.sandbox import SandboxView
+from oracle.sandbox_view import SandboxView
 from oracle.task import Task
 from oracle.tools import ToolCall
 from oracle.trial import TrialResult

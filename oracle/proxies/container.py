@@ -27,12 +27,11 @@ from typing import Any
 from oracle.agent import AgentError, RunRecord
 from oracle.command import exposed_endpoints
 from oracle.invocation import Invocation, LimitRecord, Step, StepOutcome
+from oracle.isolation.engine import AGENT_REMEDY as AGENT_REMEDY
+from oracle.isolation.engine import ContainerEngineMissingError as ContainerEngineMissingError
+from oracle.isolation.engine import docker_client as docker_client
 from oracle.limits import Limits, format_size, parse_size
-from oracle.sandbox import SandboxView
-
-
-class ContainerEngineMissingError(RuntimeError):
-    """No Docker engine can be reached."""
+from oracle.sandbox_view import SandboxView
 
 
 def container_config(
@@ -89,31 +88,6 @@ def _docker_size(n: int) -> str:
         if n % size == 0:
             return f"{n // size}{unit}"
     return f"{n}b"
-
-
-#: What to do where no engine answers, for an agent.
-AGENT_REMEDY = (
-    "start one, or run the agent with bubblewrap isolation instead "
-    "(CommandAgent(isolation='bwrap'))"
-)
-
-
-def docker_client(remedy: str = AGENT_REMEDY, timeout: float | None = 60) -> Any:
-    """A client of the local Docker engine (requests wait `timeout` seconds, None: for ever),
-    or `ContainerEngineMissingError` saying why not and what to do (`remedy`)."""
-    try:
-        import docker  # type: ignore[import-untyped]
-    except ImportError as exc:
-        raise ContainerEngineMissingError(
-            "the docker Python package is not installed (pip install 'oracle[container]')"
-        ) from exc
-    try:
-        client = docker.from_env(timeout=timeout)  # asks the engine for its API version
-    except docker.errors.DockerException as exc:
-        raise ContainerEngineMissingError(
-            f"no Docker engine is reachable ({exc}); {remedy}"
-        ) from exc
-    return client
 
 
 class ContainerAgent:

@@ -33,15 +33,17 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
-import oracle
+from oracle.attempt import Attempt
 from oracle.proxies.egress_log import EgressRequest, fold, open_tunnels, read_events
 from oracle.proxies.egress_policy import Canned, EgressPolicy
-from oracle.proxies.jail import Attempt
 
 __all__ = ["Canned", "EgressPolicy", "EgressRecorder", "EgressRequest", "RecorderError"]
 
 DEFAULT_BODY_LIMIT = 1 << 20
 CA_FILE = "mitmproxy-ca-cert.pem"
+#: The folder that holds the oracle package (this file is oracle/proxies/egress.py), put on
+#: the recorder's PYTHONPATH so that its child finds the addon.
+PACKAGE_PARENT = Path(__file__).resolve().parent.parent.parent
 
 
 class RecorderError(RuntimeError):
@@ -159,7 +161,7 @@ class EgressRecorder:
         }
         (private / "config.json").write_text(json.dumps(config), encoding="utf-8")
         env = dict(os.environ)
-        root = str(Path(oracle.__file__).resolve().parent.parent)
+        root = str(PACKAGE_PARENT)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
         self._stderr = open(private / "stderr.log", "wb")  # noqa: SIM115 - closed in stop()
         try:

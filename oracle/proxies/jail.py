@@ -56,8 +56,7 @@ from collections.abc import Callable, Coroutine, Iterable, Mapping
 from types import TracebackType
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
-
+from oracle.attempt import Attempt as Attempt  # its home before oracle.attempt
 from oracle.proxies.gate import Gate, LoginGate, close, splice
 from oracle.proxies.gate_mysql import MysqlGate
 from oracle.proxies.gate_postgres import PostgresGate
@@ -77,36 +76,6 @@ LOCAL_PROBE_TIMEOUT = 2.0
 
 class JailError(RuntimeError):
     """The network namespace could not be made. Says what is missing."""
-
-
-class Attempt(BaseModel):
-    """One connection or datagram the agent sent somewhere it may not go: past the sandbox's
-    network (caught by the trap), or to an exposed server as someone other than the sandbox's
-    account (refused by a login gate; ``reason`` says why)."""
-
-    model_config = ConfigDict(frozen=True)
-
-    proto: Literal["tcp", "udp"]
-    destination: str
-    port: int
-    time: float
-    sent: str = ""
-    sent_bytes: int = 0
-    truncated: bool = False
-    dns_query: str | None = None
-    reason: str | None = Field(
-        None,
-        description="why a login gate refused the connection (null: the trap caught it); "
-        "`sent` then holds the refused login with any password masked",
-    )
-
-    def summary(self) -> str:
-        what = f" (DNS query for {self.dns_query})" if self.dns_query else ""
-        why = f": {self.reason}" if self.reason else ""
-        return f"{self.proto} to {self.destination}:{self.port}{what}, {self.sent_bytes} bytes{why}"
-
-    def data(self) -> bytes:
-        return base64.b64decode(self.sent)
 
 
 def _parse_original_dst(raw: bytes, family: int) -> tuple[str, int]:

@@ -42,7 +42,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from oracle.proxies.container import ContainerEngineMissingError, docker_client
+from oracle.isolation.engine import ContainerEngineMissingError, docker_client
 from oracle.scoring.image import Progress, ScorerImage, scorer_image
 from oracle.scoring.pool import ScorerPool
 from oracle.scoring.protocol import ChannelError, Rendezvous, receive, send

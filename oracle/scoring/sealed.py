@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from oracle.proxies.bwrap import (
+from oracle.isolation.bwrap import (
     BwrapMissingError,
     BwrapPolicy,
     bwrap_argv,

@@ -198,7 +198,8 @@ def main(argv: list[str]) -> int:
     control, rendezvous = _control(argv)
     first = os.getpid() == 1
     # Warm: what every task file and every scorer imports, loaded once before any fork.
-    import oracle
+    # Importing any oracle module runs the package's __init__ first, which loads the
+    # authoring surface task files import (``from oracle import Task, sqlite, …``).
     import oracle.loader
     import oracle.scoring.bundle
     import oracle.scoring.judge

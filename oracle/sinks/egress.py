@@ -29,13 +29,13 @@ from typing import Any, ClassVar, Literal, NotRequired, TypedDict
 from pydantic import TypeAdapter
 
 from oracle.agent import RunRecord
+from oracle.attempt import Attempt
 from oracle.canonical import Json, digest_json
 from oracle.diff import Change, Content, IncompleteEvidenceError, SinkDiff
 from oracle.kinds import SinkKind
 from oracle.proxies.egress import EgressRecorder, RecorderError
 from oracle.proxies.egress_log import EgressRequest
 from oracle.proxies.egress_policy import Rule
-from oracle.proxies.jail import Attempt
 from oracle.sinks import content_coding
 from oracle.sinks.content_coding import Decoded, decode
 from oracle.snapshot import Snapshot, SnapshotError

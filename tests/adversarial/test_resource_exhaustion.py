@@ -47,7 +47,7 @@ def _isolation() -> None:
 
 
 def _controller(name: str) -> None:
-    from oracle.proxies.cgroup import available
+    from oracle.isolation.cgroup import available
 
     if name not in available():
         message = f"no cgroup with the {name} controller can be made here"

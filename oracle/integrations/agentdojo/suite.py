@@ -41,7 +41,7 @@ from oracle.integrations.agentdojo.environment import (
     write_atomic,
 )
 from oracle.kinds import SinkKind
-from oracle.sandbox import SandboxView
+from oracle.sandbox_view import SandboxView
 from oracle.sink import FixtureError, Place, Provisioned, env_suffix
 from oracle.task import Injection, Task, breach, clean
 from oracle.tools import ToolCall, current_log

@@ -13,8 +13,8 @@ import pytest
 from oracle import Task, folder, run_trial
 from oracle.command import CommandAgent
 from oracle.invocation import LimitRecord
+from oracle.isolation import cgroup
 from oracle.limits import Limits
-from oracle.proxies import cgroup
 from tests.conftest import require_tools
 
 

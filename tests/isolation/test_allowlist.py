@@ -8,7 +8,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from oracle.proxies.allowlist import installation, program_files
+from oracle.isolation.allowlist import installation, program_files
 
 ENV = {"PATH": "/usr/bin:/bin"}
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from oracle.proxies.bwrap import BwrapPolicy, bwrap_argv, hidden_by, make_hidden_folders, unseen
+from oracle.isolation.bwrap import BwrapPolicy, bwrap_argv, hidden_by, make_hidden_folders, unseen
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 
