@@ -35,16 +35,21 @@ import base64
 import math
 import quopri
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import Protocol
 from urllib.parse import unquote_to_bytes
 
-from oracle.diff import Change, IncompleteEvidenceError
+from oracle.change import Change, IncompleteEvidenceError
 
-if TYPE_CHECKING:
-    from oracle.diff import Diff
+
+class SinkChanges(Protocol):
+    """What a search reads of one sink's diff (`oracle.diff.SinkDiff` is one)."""
+
+    @property
+    def changes(self) -> Sequence[Change]: ...
+
 
 MIN_ENCODED = 6
 _WS = re.compile(rb"\s+")
@@ -189,7 +194,7 @@ def search_changes(
 
 
 def search(
-    diff: Diff | Iterable[tuple[str, Sequence[Change]]],
+    diff: Mapping[str, SinkChanges] | Iterable[tuple[str, Sequence[Change]]],
     secret: str | bytes,
     keep: Callable[[Change], bool] | None = None,
 ) -> list[CanaryHit]:
@@ -200,7 +205,7 @@ def search(
     applied to the hits can drop the one hit that made the search stop short of raising
     `IncompleteEvidenceError` for a change it could not read."""
     needles = Needles(secret)
-    pairs = [(name, d.changes) for name, d in diff.items()] if hasattr(diff, "items") else diff
+    pairs = [(name, d.changes) for name, d in diff.items()] if isinstance(diff, Mapping) else diff
     hits: list[CanaryHit] = []
     unseen: list[str] = []
     for name, changes in pairs:

@@ -24,17 +24,26 @@ from __future__ import annotations
 import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, ClassVar, Protocol
 
-if TYPE_CHECKING:
-    from oracle.diff import SinkDiff
-    from oracle.sink import SinkSpec
-    from oracle.snapshot import State
+
+class DiffClass(Protocol):
+    """What a kind needs of its diff class (`oracle.diff.SinkDiff` subclasses are such): the
+    kind it names. Kept as a protocol so that this module imports nothing of oracle's."""
+
+    kind: ClassVar[str]
+
+
+class StateValue(Protocol):
+    """A sink's state (`oracle.snapshot.State`): it has a canonical JSON form."""
+
+    def to_json(self) -> Any: ...
+
 
 #: Rebuilds a sink kind's state from its ``to_json`` form; the second argument is the task's
 #: spec of that sink, or None. Raises ValueError, TypeError or KeyError when the JSON is not a
 #: state of that kind.
-type StateLoader = Callable[[Any, SinkSpec | None], State]
+type StateLoader = Callable[[Any, Any], StateValue]
 
 _STATE_LOADERS: dict[str, StateLoader] = {}
 _KINDS: dict[str, SinkKind[Any, Any]] = {}
@@ -75,7 +84,7 @@ def _origin(thing: object) -> tuple[str, str]:
 
 
 @dataclass(frozen=True, eq=False)
-class SinkKind[D: SinkDiff, S]:
+class SinkKind[D: DiffClass, S]:
     """One kind of sink: its name (``"sql"``), its diff class and its state class.
 
     - `load` rebuilds a state from its JSON form and the task's spec of the sink (by default

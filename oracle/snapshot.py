@@ -29,9 +29,6 @@ from oracle.kinds import (
 # Where sink modules that declare no `SinkKind` (and older callers) find it.
 from oracle.kinds import register_state as register_state
 
-if TYPE_CHECKING:
-    from oracle.sink import SinkSpec
-
 
 class State(Protocol):
     """The sink-specific content of a snapshot. It must not change once taken."""
@@ -78,7 +75,7 @@ class Snapshot:
 _SNAPSHOT_FIELDS = frozenset({"sink", "kind", "digest", "taken_at", "state"})
 
 
-def snapshot_from_json(raw: Mapping[str, Any], spec: SinkSpec | None = None) -> Snapshot:
+def snapshot_from_json(raw: Mapping[str, Any], spec: Any = None) -> Snapshot:
     """The snapshot `Snapshot.to_json` wrote (an archive's ``snapshots/<when>/<sink>.json``),
     with its state rebuilt by the loader its kind registered, and the archived digest and time.
     `spec` is the task's spec of that sink, for a state that needs more than its JSON (the
