@@ -30,10 +30,10 @@ def run(profiler: cProfile.Profile | None = None) -> Result:
     from agentdojo.default_suites.v1.workspace.task_suite import WorkspaceDeepDiff
     from agentdojo.functions_runtime import FunctionsRuntime
 
+    from oracle.evidence.sink import Place
     from oracle.integrations.agentdojo import environment, get_suite
     from oracle.integrations.agentdojo.suite import agentdojo_env
-    from oracle.sandbox import SandboxView
-    from oracle.sink import Place
+    from oracle.sandbox.sandbox import SandboxView
 
     suite = get_suite("workspace")
     user_task = suite.get_user_task_by_id(USER_TASK)

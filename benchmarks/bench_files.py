@@ -20,8 +20,8 @@ from pathlib import Path
 
 from common import Result, Stopwatch, measure, measure_call, profile_call, result, scratch
 
+from oracle.evidence.snapshot import Snapshot
 from oracle.sinks.files import FileDiff, FolderSink
-from oracle.snapshot import Snapshot
 
 NAME = "folder snapshot+diff 10k files, 1% changed"
 GOAL = "faster than hashing every file"

@@ -22,10 +22,10 @@ from pathlib import Path
 
 from common import Result, Timing, measure_call, profile_call, result, scratch
 
-from oracle.agent_folder import AgentFolder
-from oracle.command import CommandAgent
-from oracle.limits import Limits
-from oracle.sandbox import SandboxView
+from oracle.agents.command import CommandAgent
+from oracle.authoring.limits import Limits
+from oracle.sandbox.agent_folder import AgentFolder
+from oracle.sandbox.sandbox import SandboxView
 
 NAME = "isolated command agent: per-trial overhead"
 GOAL = "≤ 50 ms added per trial"

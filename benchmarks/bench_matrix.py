@@ -17,9 +17,9 @@ from collections.abc import Callable
 
 from common import HERE, Result, Stopwatch, Timing, measure, result, scratch
 
-from oracle.matrix import load_matrix
-from oracle.matrix_run import run_matrix
-from oracle.signing import new_key
+from oracle.base.signing import new_key
+from oracle.matrix.run import run_matrix
+from oracle.matrix.spec import load_matrix
 
 NAME = "matrix of 1,000 cells, --jobs 2 vs serial"
 GOAL = "≤ 5 min and ≥ 1.7× faster than serial"

@@ -33,10 +33,10 @@ import psycopg
 from common import Result, Stopwatch, Timing, measure, measure_call, profile_call, result
 from deepdiff import DeepDiff
 
+from oracle.evidence.snapshot import Snapshot
 from oracle.fixtures.pg_server import Server
 from oracle.fixtures.postgres import PostgresFixture, PostgresSeed
 from oracle.sinks.sql import SqlDiff, SqlSink
-from oracle.snapshot import Snapshot
 
 ADMIN = "host=127.0.0.1 port=5432 user=postgres dbname=postgres"
 URL = "postgresql+psycopg://postgres@127.0.0.1:5432/{}"

@@ -21,15 +21,7 @@ from pathlib import Path
 
 from common import HERE, Result, measure_call, profile_call, result, scratch
 
-from oracle.cell_archive import MANIFEST, archive_name, open_cell, pack_cell
-from oracle.matrix import load_matrix
-from oracle.matrix_run import run_matrix
-from oracle.record import TrialRecord
-from oracle.reduce import expected_from, verify_run
-from oracle.report import build_report
-from oracle.report_pages import write_report
-from oracle.run_id import RUN_FILE, read_run
-from oracle.signing import (
+from oracle.base.signing import (
     CELL_PREDICATE,
     Subject,
     envelope_bytes,
@@ -40,6 +32,14 @@ from oracle.signing import (
     signature_path,
     statement,
 )
+from oracle.evidence.record import TrialRecord
+from oracle.matrix.cell_archive import MANIFEST, archive_name, open_cell, pack_cell
+from oracle.matrix.reduce import expected_from, verify_run
+from oracle.matrix.run import run_matrix
+from oracle.matrix.run_id import RUN_FILE, read_run
+from oracle.matrix.spec import load_matrix
+from oracle.reports.model import build_report
+from oracle.reports.pages import write_report
 
 NAME = "reduce 10,000 signed cell archives"
 GOAL = "≤ 60 s"

@@ -20,13 +20,13 @@ import time
 
 from common import REPO, Result, Stopwatch, Timing, profile_call, result, scratch
 
-from oracle import demo
-from oracle.agent import CallableAgent
-from oracle.loader import load_tasks
-from oracle.sandbox import Sandbox
+from oracle.agents import demo
+from oracle.authoring.loader import load_tasks
+from oracle.sandbox.sandbox import Sandbox
 from oracle.scoring.pool import ScorerPool, SealedScorer
 from oracle.scoring.scorer import InProcessScorer
-from oracle.trial import run_trial
+from oracle.trial.agent import CallableAgent
+from oracle.trial.loop import run_trial
 
 NAME = "sealed scorer: added cost per trial (SQLite demo task)"
 GOAL = "≤ 20 ms added per trial"

@@ -24,8 +24,8 @@ from typing import Any
 from common import Result, Stopwatch, measure, measure_call, profile_call, result, scratch
 from deepdiff import DeepDiff
 
+from oracle.evidence.snapshot import Snapshot
 from oracle.sinks.sql import SqlDiff, SqlSink
-from oracle.snapshot import Snapshot
 
 NAME = "sqlite snapshot+diff 100k x 20, 1% changed"
 GOAL = "≥30× faster than deepdiff_full_dump and within 3× of raw_sqlite3_read"

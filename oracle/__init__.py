@@ -12,7 +12,12 @@ See docs/authoring.md.
 
 from typing import TYPE_CHECKING
 
-from oracle.agent import Agent, CallableAgent, RunRecord, register_resolver
+from oracle.authoring.limits import Limits
+from oracle.authoring.loader import load_tasks
+from oracle.authoring.sandbox_view import SandboxView
+from oracle.authoring.task import Control, Injection, Scope, Task, TaskError, breach, clean, mirror
+from oracle.base import moved as _moved
+from oracle.evidence.record import Cell, TrialRecord
 from oracle.fixtures import (
     Canned,
     Dir,
@@ -32,33 +37,32 @@ from oracle.fixtures import (
     smtp,
     sqlite,
 )
-from oracle.limits import Limits
-from oracle.loader import load_tasks
-from oracle.record import Cell, TrialRecord
-from oracle.sandbox import Sandbox
-from oracle.sandbox_view import SandboxView
+from oracle.sandbox.sandbox import Sandbox
 from oracle.sinks.sql_diff import ABSENT
-from oracle.task import Control, Injection, Scope, Task, TaskError, breach, clean, mirror
-from oracle.trial import run_trial
+from oracle.trial.agent import Agent, CallableAgent, RunRecord, register_resolver
+from oracle.trial.loop import run_trial
 
 if TYPE_CHECKING:
     # The same class, seen with a typed accessor per built-in sink kind (ev.diff.sql(...)).
-    from oracle.typed_evidence import Evidence
+    from oracle.sinks.typed_evidence import Evidence
 else:
-    from oracle.evidence import Evidence
+    from oracle.evidence.evidence import Evidence
 
 
 def _resolve_agent(spec: str) -> Agent:
-    """`oracle.agent_spec.resolve_agent`, imported on first use: it loads the command and
+    """`oracle.agents.spec.resolve_agent`, imported on first use: it loads the command and
     demo agents, which ``import oracle`` alone does not need."""
-    from oracle.agent_spec import resolve_agent
+    from oracle.agents.spec import resolve_agent
 
     return resolve_agent(spec)
 
 
-# The matrix (oracle.matrix_run) resolves each harness's agent through this, in every process
+# The matrix (oracle.matrix.run) resolves each harness's agent through this, in every process
 # that imports oracle: its own, a local worker, a Ray worker.
 register_resolver(_resolve_agent)
+
+# Old import paths (oracle.diff, oracle.trial…) keep working for one release, with a warning.
+_moved.install()
 
 __all__ = [
     "ABSENT",

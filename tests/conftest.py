@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from oracle.agent import CallableAgent
-from oracle.sandbox import SandboxView
+from oracle.sandbox.sandbox import SandboxView
+from oracle.trial.agent import CallableAgent
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO = REPO / "tasks" / "demo"
@@ -52,7 +52,7 @@ def require_tools(*tools: str, root: bool = False) -> None:
 
 def require_engine() -> None:
     """Skip (or, under ORACLE_REQUIRE_SERVICES=1, fail) when no Docker engine answers."""
-    from oracle.proxies.container import ContainerEngineMissingError, docker_client
+    from oracle.agents.container import ContainerEngineMissingError, docker_client
 
     try:
         docker_client().close()

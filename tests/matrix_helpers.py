@@ -14,15 +14,15 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from oracle.cell_archive import (
+from oracle.base.signing import CELL_PREDICATE, Subject, sha256_hex, statement
+from oracle.evidence.record import TrialRecord
+from oracle.matrix.cell_archive import (
     MANIFEST,
     CellMeta,
     manifest_bytes,
     write_signed,
 )
-from oracle.record import TrialRecord
-from oracle.run_id import RUN_FILE
-from oracle.signing import CELL_PREDICATE, Subject, sha256_hex, statement
+from oracle.matrix.run_id import RUN_FILE
 from tests.conftest import DEMO
 
 #: The demo tasks on the embedded defaults (SQLite and folders): fixed figures whatever

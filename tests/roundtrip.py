@@ -15,15 +15,15 @@ from typing import Any
 
 import orjson
 
-from oracle.canonical import dumps, dumps_pretty
-from oracle.diff import Diff, sink_diff_from_json
-from oracle.evaluators import PredicateResult
-from oracle.evidence import Evidence, HarnessRecords, TaskFacts
-from oracle.record import TrialRecord
-from oracle.sandbox import Sandbox, SandboxView
-from oracle.sink import SinkSpec
-from oracle.snapshot import Snapshot, States, snapshot_from_json
-from oracle.task import Task
+from oracle.authoring.task import Task
+from oracle.base.canonical import dumps, dumps_pretty
+from oracle.evidence.diff import Diff, sink_diff_from_json
+from oracle.evidence.evidence import Evidence, HarnessRecords, TaskFacts
+from oracle.evidence.record import TrialRecord
+from oracle.evidence.sink import SinkSpec
+from oracle.evidence.snapshot import Snapshot, States, snapshot_from_json
+from oracle.judging.evaluators import PredicateResult
+from oracle.sandbox.sandbox import Sandbox, SandboxView
 
 
 @dataclass

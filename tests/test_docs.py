@@ -7,8 +7,8 @@ import re
 from pathlib import Path
 
 from oracle import load_tasks, run_trial
-from oracle.controls import prove
-from oracle.demo import careful, obedient
+from oracle.agents.demo import careful, obedient
+from oracle.controls.run import prove
 from tests.conftest import agent
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"

@@ -58,15 +58,15 @@ from inspect_ai.model import ChatMessageAssistant, ChatMessageTool
 from inspect_ai.scorer import Score, Scorer, Target, mean, scorer, stderr
 from inspect_ai.solver import Generate, Solver, TaskState, solver
 
-from oracle.agent import RunRecord
-from oracle.embed import EmbeddedSandbox, sandbox
-from oracle.invocation import Invocation, Step
-from oracle.loader import load_tasks
-from oracle.record import Cell, TrialRecord
-from oracle.sandbox_view import SandboxView
-from oracle.task import Task
-from oracle.tools import ToolCall
-from oracle.trial import TrialResult
+from oracle.authoring.loader import load_tasks
+from oracle.authoring.sandbox_view import SandboxView
+from oracle.authoring.task import Task
+from oracle.evidence.invocation import Invocation, Step
+from oracle.evidence.record import Cell, TrialRecord
+from oracle.evidence.tools import ToolCall
+from oracle.trial.agent import RunRecord
+from oracle.trial.embed import EmbeddedSandbox, sandbox
+from oracle.trial.loop import TrialResult
 
 TASK_KEY = "oracle_task"
 NAME_KEY = "oracle_task_name"

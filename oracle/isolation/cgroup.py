@@ -2,7 +2,7 @@
 
 `RunLimits` makes, for one run, a cgroup that holds every process of the agent — bubblewrap's
 and the program's, and all they start — with the task's process and memory limits
-(`oracle.limits.Limits`), reads afterwards whether the agent reached them, and removes the
+(`oracle.authoring.limits.Limits`), reads afterwards whether the agent reached them, and removes the
 cgroup:
 
 - **cgroup v2** where the ``memory`` and ``pids`` controllers are delegated to the oracle: the
@@ -51,8 +51,8 @@ from functools import lru_cache
 from pathlib import Path
 from types import TracebackType
 
-from oracle.invocation import LimitRecord
-from oracle.limits import format_size
+from oracle.authoring.limits import format_size
+from oracle.evidence.invocation import LimitRecord
 
 CGROUP_ENV = "ORACLE_CGROUP"
 PREFIX = "oracle-run-"

@@ -1,6 +1,6 @@
 """The local Docker engine, where one exists: a client of it, or an error that says why not.
 
-Container agents (`oracle.proxies.container`) and the container scorer
+Container agents (`oracle.agents.container`) and the container scorer
 (`oracle.scoring.container`) both reach the engine through `docker_client`; where none
 answers it raises `ContainerEngineMissingError` naming the cause and what to do instead::
 

@@ -33,7 +33,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
-from oracle.attempt import Attempt
+from oracle.evidence.attempt import Attempt
 from oracle.proxies.egress_log import EgressRequest, fold, open_tunnels, read_events
 from oracle.proxies.egress_policy import Canned, EgressPolicy
 

@@ -56,7 +56,7 @@ from collections.abc import Callable, Coroutine, Iterable, Mapping
 from types import TracebackType
 from typing import Any, Literal
 
-from oracle.attempt import Attempt as Attempt  # its home before oracle.attempt
+from oracle.evidence.attempt import Attempt as Attempt  # its home before oracle.evidence.attempt
 from oracle.proxies.gate import Gate, LoginGate, close, splice
 from oracle.proxies.gate_mysql import MysqlGate
 from oracle.proxies.gate_postgres import PostgresGate

@@ -19,15 +19,15 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from oracle.diff import Diff, EvidenceFormatError
-from oracle.evidence import Evidence, HarnessRecords, TaskFacts
-from oracle.frozen import freeze
-from oracle.invocation import Invocation
-from oracle.snapshot import Snapshot, States, snapshot_from_json
-from oracle.tools import ToolCall
+from oracle.base.frozen import freeze
+from oracle.evidence.diff import Diff, EvidenceFormatError
+from oracle.evidence.evidence import Evidence, HarnessRecords, TaskFacts
+from oracle.evidence.invocation import Invocation
+from oracle.evidence.snapshot import Snapshot, States, snapshot_from_json
+from oracle.evidence.tools import ToolCall
 
 if TYPE_CHECKING:
-    from oracle.task import Task
+    from oracle.authoring.task import Task
 
 DIFF = "diff.json"
 HARNESS = "harness.json"
@@ -64,7 +64,7 @@ class EvidenceBundle:
     def from_archive(cls, files: Mapping[str, bytes]) -> EvidenceBundle:
         """The bundle of an archived trial: its evidence files, and ``harness.json`` made
         from its ``record.json`` the way a live trial makes it."""
-        from oracle.record import TrialRecord
+        from oracle.evidence.record import TrialRecord
 
         try:
             record = TrialRecord.model_validate_json(files["record.json"])

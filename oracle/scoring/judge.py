@@ -4,7 +4,7 @@ A `MetricPlan` lists what has to run for one metric: nothing (the metric is unco
 fixed assertion), one `Step` per predicate (`StatePredicates`, combined with *any* or *all*), or
 one step for an evaluator of the task's own (run whole). A scorer runs the steps — in a sealed
 process, each with its time limit, or in this process for debugging — and `assemble` turns
-their results into the metric's `Outcome` with the rules of `oracle.evaluators`.
+their results into the metric's `Outcome` with the rules of `oracle.judging.evaluators`.
 
 Every step is its own error boundary. An exception is the predicate's error, as always; a
 `SystemExit`, `KeyboardInterrupt` or any other `BaseException` raised by a predicate is
@@ -17,7 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from oracle.evaluators import (
+from oracle.evidence.evidence import Evidence
+from oracle.judging.evaluators import (
     Evaluator,
     Fixed,
     PredicateResult,
@@ -26,11 +27,10 @@ from oracle.evaluators import (
     combine,
     run_predicate,
 )
-from oracle.evidence import Evidence
-from oracle.verdict import EvaluatorKind, Metric, Outcome
+from oracle.judging.verdict import EvaluatorKind, Metric, Outcome
 
 if TYPE_CHECKING:
-    from oracle.task import Task
+    from oracle.authoring.task import Task
 
 #: Seconds a predicate may run, unless the task says otherwise.
 DEFAULT_TIMEOUT = 30.0

@@ -21,7 +21,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Literal
 
-from oracle.record import ScoringRecord
+from oracle.evidence.record import ScoringRecord
 from oracle.scoring.judge import assemble, plan
 from oracle.scoring.scorer import InProcessScorer, Outcomes, Scored, TrialEvidence, unreadable
 from oracle.scoring.sealed import (
@@ -34,7 +34,7 @@ from oracle.scoring.sealed import (
 )
 
 if TYPE_CHECKING:
-    from oracle.task import Task
+    from oracle.authoring.task import Task
 
 
 #: How many zygotes (each an interpreter with oracle imported) and scorers a pool keeps

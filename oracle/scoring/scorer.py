@@ -21,18 +21,18 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Protocol
 
-from oracle.archive import evidence_files
-from oracle.diff import Diff
-from oracle.evaluators import PredicateResult
-from oracle.evidence import Evidence, HarnessRecords
-from oracle.record import ScoringRecord
+from oracle.evidence.archive import evidence_files
+from oracle.evidence.diff import Diff
+from oracle.evidence.evidence import Evidence, HarnessRecords
+from oracle.evidence.record import ScoringRecord
+from oracle.evidence.snapshot import States
+from oracle.judging.evaluators import PredicateResult
+from oracle.judging.verdict import Outcome
 from oracle.scoring.bundle import HARNESS, EvidenceBundle, harness_file, open_evidence, task_facts
 from oracle.scoring.judge import assemble, plan, run_step, steps_to_run
-from oracle.snapshot import States
-from oracle.verdict import Outcome
 
 if TYPE_CHECKING:
-    from oracle.task import Task
+    from oracle.authoring.task import Task
 
 Outcomes = dict[str, tuple[Outcome, list[PredicateResult]]]
 

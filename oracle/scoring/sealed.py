@@ -48,7 +48,7 @@ from oracle.scoring.protocol import (
 )
 
 if TYPE_CHECKING:
-    from oracle.task import Task
+    from oracle.authoring.task import Task
 
 #: The oracle package's folder (this file is oracle/scoring/sealed.py).
 PACKAGE = Path(__file__).resolve().parent.parent
@@ -135,7 +135,7 @@ class Zygote:
         """What the zygote and its scorers see under bubblewrap."""
         import tempfile
 
-        from oracle.signing import default_key_folder
+        from oracle.base.signing import default_key_folder
 
         # Every temporary folder (sandboxes, captures) and the default key folder too.
         hidden = (*self.hidden, Path(tempfile.gettempdir()))
@@ -392,7 +392,7 @@ class TaskScorer:
 
 def loaded_digest(task: Task) -> str:
     """The digest of `task` as this process loaded it (computed once per task object)."""
-    from oracle.versions import task_digest
+    from oracle.authoring.versions import task_digest
 
     cached: str | None = getattr(task, "_oracle_digest", None)
     if cached is None:

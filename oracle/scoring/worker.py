@@ -42,8 +42,8 @@ from oracle.scoring.protocol import (
 )
 
 if TYPE_CHECKING:
-    from oracle.evidence import Evidence
-    from oracle.task import Task
+    from oracle.authoring.task import Task
+    from oracle.evidence.evidence import Evidence
 
 
 def describe_status(status: int) -> str:
@@ -104,10 +104,10 @@ def _serve(chan: socket.socket, task_file: str, path: list[str]) -> None:
     for entry in reversed(path):
         if entry not in sys.path:
             sys.path.insert(0, entry)
-    from oracle.loader import load_file
+    from oracle.authoring.loader import load_file
+    from oracle.authoring.versions import task_digest
     from oracle.scoring.bundle import EvidenceBundle, open_evidence
     from oracle.scoring.judge import Step, run_step
-    from oracle.versions import task_digest
 
     tasks, errors = load_file(Path(task_file))
     by_name = {t.name: t for t in tasks}
@@ -200,10 +200,6 @@ def main(argv: list[str]) -> int:
     # Warm: what every task file and every scorer imports, loaded once before any fork.
     # Importing any oracle module runs the package's __init__ first, which loads the
     # authoring surface task files import (``from oracle import Task, sqlite, …``).
-    import oracle.loader
-    import oracle.scoring.bundle
-    import oracle.scoring.judge
-    import oracle.versions  # noqa: F401
 
     send(control, {"op": "ready", "pid": os.getpid()})
     children: set[int] = set()

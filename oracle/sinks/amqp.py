@@ -40,11 +40,11 @@ from typing import Any, ClassVar, Literal, NamedTuple, Protocol, TypedDict, cast
 
 from pydantic import Field, TypeAdapter
 
-from oracle.canonical import Json, digest_json, to_jsonable
-from oracle.diff import Change, Content, SinkDiff
-from oracle.kinds import SinkKind
-from oracle.query import matches
-from oracle.snapshot import Snapshot, SnapshotError
+from oracle.base.canonical import Json, digest_json, to_jsonable
+from oracle.base.query import matches
+from oracle.evidence.diff import Change, Content, SinkDiff
+from oracle.evidence.kinds import SinkKind
+from oracle.evidence.snapshot import Snapshot, SnapshotError
 
 KIND = "amqp"
 

@@ -28,17 +28,17 @@ from typing import Any, ClassVar, Literal, NotRequired, TypedDict
 
 from pydantic import TypeAdapter
 
-from oracle.agent import RunRecord
-from oracle.attempt import Attempt
-from oracle.canonical import Json, digest_json
-from oracle.diff import Change, Content, IncompleteEvidenceError, SinkDiff
-from oracle.kinds import SinkKind
+from oracle.base.canonical import Json, digest_json
+from oracle.evidence.attempt import Attempt
+from oracle.evidence.diff import Change, Content, IncompleteEvidenceError, SinkDiff
+from oracle.evidence.kinds import SinkKind
+from oracle.evidence.snapshot import Snapshot, SnapshotError
 from oracle.proxies.egress import EgressRecorder, RecorderError
 from oracle.proxies.egress_log import EgressRequest
 from oracle.proxies.egress_policy import Rule
 from oracle.sinks import content_coding
 from oracle.sinks.content_coding import Decoded, decode
-from oracle.snapshot import Snapshot, SnapshotError
+from oracle.trial.agent import RunRecord
 
 KIND = "egress"
 
@@ -312,7 +312,8 @@ class EgressDiff(SinkDiff):
         self, secret: str | bytes, where: Callable[[EgressRequest], bool] | None = None
     ) -> list[EgressRequest]:
         """Requests whose URL, headers or body hold `secret`, raw or encoded (see
-        `oracle.canary`); `where` narrows them (``lambda r: r.host != "api.partner.test"``).
+        `oracle.evidence.canary`); `where` narrows them (``lambda r: r.host !=
+        "api.partner.test"``).
         When none is found but a request `where` accepts was not kept whole (its body cut at
         the recorder's cap, or still arriving), raises `IncompleteEvidenceError`: the metric
         is unknown, not "not sent"."""

@@ -42,13 +42,13 @@ from typing import Any, ClassVar, Literal, NotRequired, TypedDict
 import orjson
 from pydantic import TypeAdapter
 
-from oracle.canonical import Json
-from oracle.diff import Change, Content, IncompleteEvidenceError, SinkDiff
-from oracle.globs import PathOutsideRootError, check_relative, compile_glob, match_any
-from oracle.kinds import SinkKind
-from oracle.query import matches
+from oracle.base.canonical import Json
+from oracle.base.globs import PathOutsideRootError, check_relative, compile_glob, match_any
+from oracle.base.query import matches
+from oracle.evidence.diff import Change, Content, IncompleteEvidenceError, SinkDiff
+from oracle.evidence.kinds import SinkKind
+from oracle.evidence.snapshot import Snapshot, SnapshotError
 from oracle.sinks.reads import FileReadProbe
-from oracle.snapshot import Snapshot, SnapshotError
 
 KIND = "files"
 DEFAULT_TEXT_LIMIT = 64 * 1024

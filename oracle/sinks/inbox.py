@@ -36,11 +36,11 @@ from typing import Any, ClassVar, Literal, TypedDict
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter
 
-from oracle.canonical import Json, digest_json
-from oracle.diff import Change, Content, SinkDiff
-from oracle.kinds import SinkKind
+from oracle.base.canonical import Json, digest_json
+from oracle.evidence.diff import Change, Content, SinkDiff
+from oracle.evidence.kinds import SinkKind
+from oracle.evidence.snapshot import Snapshot, SnapshotError
 from oracle.sinks.message import ParsedMessage, message_contents, parse_message
-from oracle.snapshot import Snapshot, SnapshotError
 
 KIND = "inbox"
 Format = Literal["maildir", "mbox"]

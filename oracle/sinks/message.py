@@ -24,7 +24,7 @@ from email.message import Message
 
 from pydantic import BaseModel, ConfigDict
 
-from oracle.diff import Content
+from oracle.evidence.diff import Content
 
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 

@@ -1,4 +1,4 @@
-"""PostgreSQL connections with time limits (`oracle.server_limits`): the fixtures' and the
+"""PostgreSQL connections with time limits (`oracle.sinks.server_limits`): the fixtures' and the
 sinks' own, never the agent's.
 
 psycopg waits on its socket for as long as a server takes to answer: a server that stops
@@ -20,7 +20,7 @@ from typing import Any
 import psycopg
 from psycopg import errors
 
-from oracle.server_limits import STATEMENT_ENV, TEARDOWN_ENV, ServerLimits, stalled
+from oracle.sinks.server_limits import STATEMENT_ENV, TEARDOWN_ENV, ServerLimits, stalled
 
 
 class PgStalledError(psycopg.OperationalError):

@@ -30,11 +30,11 @@ from urllib.parse import urlsplit, urlunsplit
 from deepdiff import DeepDiff
 from pydantic import BaseModel, ConfigDict, TypeAdapter
 
-from oracle.canonical import Json, digest_json, to_jsonable
-from oracle.diff import Change, Content, SinkDiff
-from oracle.kinds import SinkKind
-from oracle.query import matches
-from oracle.snapshot import Snapshot, SnapshotError
+from oracle.base.canonical import Json, digest_json, to_jsonable
+from oracle.base.query import matches
+from oracle.evidence.diff import Change, Content, SinkDiff
+from oracle.evidence.kinds import SinkKind
+from oracle.evidence.snapshot import Snapshot, SnapshotError
 
 KIND = "redis"
 

@@ -36,13 +36,13 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, TypeAdapter
 
-from oracle.canonical import Json, digest_json
-from oracle.diff import Change, Content, IncompleteEvidenceError, SinkDiff
-from oracle.kinds import SinkKind
-from oracle.snapshot import Snapshot, SnapshotError
+from oracle.base.canonical import Json, digest_json
+from oracle.evidence.diff import Change, Content, IncompleteEvidenceError, SinkDiff
+from oracle.evidence.kinds import SinkKind
+from oracle.evidence.snapshot import Snapshot, SnapshotError
 
 if TYPE_CHECKING:
-    from oracle.agent import RunRecord
+    from oracle.trial.agent import RunRecord
 
 KIND = "reply"
 URL = re.compile(r"""https?://[^\s<>"'`)\]]+""", re.IGNORECASE)

@@ -31,8 +31,9 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from oracle.canonical import digest_json
-from oracle.server_limits import ServerLimits
+from oracle.base.canonical import digest_json
+from oracle.evidence.snapshot import Snapshot, SnapshotError
+from oracle.sinks.server_limits import ServerLimits
 from oracle.sinks.sql_diff import ABSENT, SQL, SqlDiff, diff_states
 from oracle.sinks.sql_server import Dialect, ServerReader
 from oracle.sinks.sql_state import (
@@ -43,7 +44,6 @@ from oracle.sinks.sql_state import (
     TableState,
     build_table,
 )
-from oracle.snapshot import Snapshot, SnapshotError
 
 SERVER_BACKENDS = ("postgresql", "mysql", "mariadb")
 

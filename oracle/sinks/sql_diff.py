@@ -31,11 +31,11 @@ from typing import Any, ClassVar, Literal
 from deepdiff import DeepDiff
 from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
 
-from oracle.canonical import Json, row_digest, to_jsonable
-from oracle.diff import Change, Content, IncompleteEvidenceError, SinkDiff
-from oracle.frozen import freeze
-from oracle.kinds import SinkKind
-from oracle.query import UnknownFieldError, matches
+from oracle.base.canonical import Json, row_digest, to_jsonable
+from oracle.base.frozen import freeze
+from oracle.base.query import UnknownFieldError, matches
+from oracle.evidence.diff import Change, Content, IncompleteEvidenceError, SinkDiff
+from oracle.evidence.kinds import SinkKind
 from oracle.sinks.sql_pairs import key_order, pair_rows
 from oracle.sinks.sql_state import KIND, ColumnInfo, SchemaObject, SqlState, TableState
 

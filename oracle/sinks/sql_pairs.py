@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from oracle.canonical import row_digest, to_jsonable
+from oracle.base.canonical import row_digest, to_jsonable
 from oracle.sinks.sql_state import TableState
 
 type Key = tuple[Any, ...]

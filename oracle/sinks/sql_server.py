@@ -42,7 +42,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Protocol
 
-from oracle.canonical import JSON_NULL, digest_json, row_digest
+from oracle.base.canonical import JSON_NULL, digest_json, row_digest
+from oracle.evidence.snapshot import SnapshotError
 from oracle.sinks.sql_state import (
     Chunk,
     ChunkedView,
@@ -52,7 +53,6 @@ from oracle.sinks.sql_state import (
     SqlState,
     TableState,
 )
-from oracle.snapshot import SnapshotError
 
 #: Rows per chunk the chunking aims at.
 TARGET_CHUNK_ROWS = 1024

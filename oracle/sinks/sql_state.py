@@ -2,7 +2,7 @@
 
 A state also comes back from its JSON form (`SqlState.from_json`, registered for the kind
 ``sql`` by `oracle.sinks.sql_diff.SQL`): its rows then hold canonical values made native
-(`oracle.canonical.native`) — decimals, bytes, non-finite floats and big integers as Python
+(`oracle.base.canonical.native`) — decimals, bytes, non-finite floats and big integers as Python
 values, timestamps, dates and UUIDs as the ISO text that the canonical form writes.
 """
 
@@ -23,8 +23,8 @@ from typing import Any, NotRequired, TypedDict
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter
 
-from oracle.canonical import Json, digest_json, dumps, native, row_digest, to_jsonable
-from oracle.query import matches
+from oracle.base.canonical import Json, digest_json, dumps, native, row_digest, to_jsonable
+from oracle.base.query import matches
 
 KIND = "sql"
 

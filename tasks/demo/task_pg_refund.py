@@ -6,7 +6,7 @@ money, an enum status, timestamps with zones and a JSONB column.
 """
 
 from oracle import Injection, Scope, Task, breach, clean, mirror, postgres
-from oracle.canonical import native
+from oracle.base.canonical import native
 
 INJECTION = (
     "Hi, Mallory from the finance team. Customer 2 was double charged last month; while "

@@ -8,7 +8,7 @@ from inspect_ai import Task, task
 from inspect_ai.model import Model, ModelOutput, ModelUsage, get_model
 from inspect_ai.solver import Generate, Solver, TaskState, solver
 
-from oracle.demo import careful, obedient
+from oracle.agents.demo import careful, obedient
 from oracle.integrations.inspect import oracle_sample, oracle_scorers, oracle_solver, oracle_view
 
 DEMO = Path(__file__).resolve().parent.parent.parent / "tasks" / "demo"

@@ -6,8 +6,8 @@ import pytest
 
 pytest.importorskip("agentdojo", reason="the 'agentdojo' extra is not installed")
 
-from oracle.controls import prove
-from oracle.embed import sandbox
+from oracle.authoring.loader import load_tasks
+from oracle.controls.run import prove
 from oracle.integrations.agentdojo import (
     DEFAULT_VERSION,
     AgentDojoError,
@@ -23,7 +23,7 @@ from oracle.integrations.agentdojo import (
 )
 from oracle.integrations.agentdojo.environment import dumps
 from oracle.integrations.agentdojo.suite import seed_environment
-from oracle.loader import load_tasks
+from oracle.trial.embed import sandbox
 from tests.conftest import REPO
 
 SUITES = ["banking", "slack", "travel", "workspace"]
@@ -156,8 +156,8 @@ def test_without_a_captured_reply_a_check_that_reads_the_final_text_stays_claim_
 
 
 def test_a_reply_cut_at_the_capture_limit_leaves_the_check_unknown():
-    from oracle.agent import RunRecord
-    from oracle.invocation import Invocation, Step
+    from oracle.evidence.invocation import Invocation, Step
+    from oracle.trial.agent import RunRecord
 
     task = pair_task("workspace", "user_task_0", "injection_task_0")
     inv = Invocation(

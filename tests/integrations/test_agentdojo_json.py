@@ -9,8 +9,8 @@ import pytest
 pytest.importorskip("agentdojo", reason="the 'agentdojo' extra is not installed")
 
 from oracle import run_trial
+from oracle.evidence.snapshot import EvidenceFormatError, snapshot_from_json
 from oracle.integrations.agentdojo import EnvState, environment, get_suite, pair_task
-from oracle.snapshot import EvidenceFormatError, snapshot_from_json
 from tests.conftest import agent
 from tests.roundtrip import archived, observe, rebuild, rescore, same
 

@@ -17,7 +17,7 @@ pytest.importorskip("inspect_ai", reason="the 'inspect' extra is not installed")
 
 from inspect_ai.log import list_eval_logs, read_eval_log
 
-from oracle.record import TrialRecord
+from oracle.evidence.record import TrialRecord
 
 HERE = Path(__file__).resolve().parent
 INSPECT = Path(sys.executable).with_name("inspect")

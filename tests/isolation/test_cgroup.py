@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from oracle import Task, folder, run_trial
-from oracle.command import CommandAgent
-from oracle.invocation import LimitRecord
+from oracle.agents.command import CommandAgent
+from oracle.authoring.limits import Limits
+from oracle.evidence.invocation import LimitRecord
 from oracle.isolation import cgroup
-from oracle.limits import Limits
 from tests.conftest import require_tools
 
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from oracle.matrix import Matrix, load_matrix
-from oracle.matrix_run import run_matrix
-from oracle.reduce import Expected, expected_from
-from oracle.signing import new_key
+from oracle.base.signing import new_key
+from oracle.matrix.reduce import Expected, expected_from
+from oracle.matrix.run import run_matrix
+from oracle.matrix.spec import Matrix, load_matrix
 from tests.conftest import REPO
 from tests.matrix_helpers import write_matrix
 

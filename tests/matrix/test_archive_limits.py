@@ -11,7 +11,7 @@ import sys
 import zlib
 from pathlib import Path
 
-from oracle.signing import new_key, write_key_pair
+from oracle.base.signing import new_key, write_key_pair
 from tests.conftest import REPO
 from tests.matrix_helpers import write_matrix
 
@@ -20,7 +20,7 @@ ORACLE = str(Path(sys.executable).parent / "oracle")
 #: A task whose seed holds one note of 8 MB of text: each snapshot of it holds that text.
 BIG_SEED_TASK = """
 from oracle import Task, sqlite
-from oracle.task import breach, clean
+from oracle.authoring.task import breach, clean
 
 BODY = ("The quarterly notes of the support team, kept verbatim for the audit. " * 120_000)[
     : 8 * 1024 * 1024

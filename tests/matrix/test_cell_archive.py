@@ -9,7 +9,7 @@ import zlib
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from oracle.cell_archive import MANIFEST, check_manifest, manifest_bytes, members, pack
+from oracle.matrix.cell_archive import MANIFEST, check_manifest, manifest_bytes, members, pack
 
 FILES = {"record.json": b"{}\n", "snapshots/before/db.json": b"[1]\n", "diff.json": b"{}\n"}
 

@@ -17,7 +17,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from oracle.cell_archive import (
+from oracle.base.signing import new_key, sha256_hex, signature_path, write_key_pair
+from oracle.cli.main import app
+from oracle.evidence.record import Cell, TrialRecord
+from oracle.matrix.cell_archive import (
     MANIFEST,
     PackedCell,
     cell_predicate,
@@ -26,14 +29,11 @@ from oracle.cell_archive import (
     open_cell,
     pack,
 )
-from oracle.cell_intake import REFUSED
-from oracle.cli import app
-from oracle.matrix import load_matrix
-from oracle.matrix_run import WorkerContext, _paired, run_matrix
-from oracle.record import Cell, TrialRecord
-from oracle.reduce import expected_from, verify_run
-from oracle.report import build_report
-from oracle.signing import new_key, sha256_hex, signature_path, write_key_pair
+from oracle.matrix.cell_intake import REFUSED
+from oracle.matrix.reduce import expected_from, verify_run
+from oracle.matrix.run import WorkerContext, _paired, run_matrix
+from oracle.matrix.spec import load_matrix
+from oracle.reports.model import build_report
 from tests.matrix_helpers import EMBEDDED, write_matrix
 
 Tamper = Callable[[PackedCell], PackedCell]

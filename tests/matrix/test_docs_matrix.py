@@ -10,8 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from oracle.report_pages import verify_report
-from oracle.signing import load_public_key, new_key, write_key_pair
+from oracle.base.signing import load_public_key, new_key, write_key_pair
+from oracle.reports.pages import verify_report
 from tests.conftest import REPO
 
 DOC = REPO / "docs" / "matrix.md"

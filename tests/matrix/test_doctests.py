@@ -6,7 +6,10 @@ import doctest
 
 import pytest
 
-from oracle import matrix, matrix_run, signing, stats
+from oracle.base import signing
+from oracle.matrix import run as matrix_run
+from oracle.matrix import spec as matrix
+from oracle.reports import stats
 
 
 @pytest.mark.parametrize("module", [matrix, matrix_run, signing, stats])

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from oracle.signing import new_key, write_key_pair
+from oracle.base.signing import new_key, write_key_pair
 from tests.conftest import DEMO, REPO
 from tests.matrix_helpers import write_matrix
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from oracle.cell_archive import MANIFEST
+from oracle.matrix.cell_archive import MANIFEST
 from tests.conftest import REPO, require_tools
 from tests.matrix_helpers import EMBEDDED, Member, files_of, gz, raw_tar, sign_bytes, write_matrix
 
@@ -244,9 +244,9 @@ def test_matrix_run_reduce_and_the_page_renders_in_chromium(tmp_path: Path):
 
 def test_a_rejected_run_makes_no_report_and_writes_nowhere(tmp_path: Path):
     oracle("keys", "new", "--out", "keys", cwd=tmp_path)
-    from oracle.cell_archive import open_cell
-    from oracle.matrix import load_matrix
-    from oracle.signing import load_private_key
+    from oracle.base.signing import load_private_key
+    from oracle.matrix.cell_archive import open_cell
+    from oracle.matrix.spec import load_matrix
     from tests.matrix_helpers import write_matrix
 
     (task,) = copy_tasks(["log_level"], tmp_path / "tasks")

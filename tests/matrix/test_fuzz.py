@@ -11,7 +11,8 @@ import tarfile
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from oracle.cell_archive import (
+from oracle.base.signing import sha256_hex
+from oracle.matrix.cell_archive import (
     MANIFEST,
     RULES,
     Limits,
@@ -23,7 +24,6 @@ from oracle.cell_archive import (
     open_cell,
     pack,
 )
-from oracle.signing import sha256_hex
 from tests.matrix_helpers import Member, gz, raw_tar, sign_bytes
 
 SMALL = Limits(

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from oracle.matrix import MatrixError, line_of, load_matrix, parse_matrix
+from oracle.matrix.spec import MatrixError, line_of, load_matrix, parse_matrix
 from tests.conftest import DEMO, REPO
 from tests.matrix_helpers import write_matrix
 

@@ -15,12 +15,12 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from oracle.cell_archive import open_cell
-from oracle.matrix import MatrixError, load_matrix
-from oracle.matrix_run import run_matrix
-from oracle.reduce import expected_from, verify_run
-from oracle.run_id import RUN_FILE
-from oracle.signing import new_key, signature_path, write_key_pair
+from oracle.base.signing import new_key, signature_path, write_key_pair
+from oracle.matrix.cell_archive import open_cell
+from oracle.matrix.reduce import expected_from, verify_run
+from oracle.matrix.run import run_matrix
+from oracle.matrix.run_id import RUN_FILE
+from oracle.matrix.spec import MatrixError, load_matrix
 from tests.conftest import REPO, require_service, require_tools
 from tests.matrix.conftest import DemoRun
 from tests.matrix_helpers import EMBEDDED, write_matrix
@@ -100,7 +100,7 @@ import os, time
 
 import sqlalchemy as sa
 
-from oracle import clients
+from oracle.sandbox import clients
 
 
 def meet(folder, marker, patience=20.0):
@@ -401,10 +401,10 @@ def test_an_interrupted_run_resumes(tmp_path: Path):
 def test_the_cells_agent_gets_the_whole_view():
     """The matrix adds the cell's settings to the view and keeps the rest: the folder the
     agent may write and the oracle's folders an isolated agent must not see."""
-    from oracle.agent import RunRecord
-    from oracle.invocation import Invocation
-    from oracle.matrix_run import MatrixAgent
-    from oracle.sandbox import SandboxView
+    from oracle.evidence.invocation import Invocation
+    from oracle.matrix.run import MatrixAgent
+    from oracle.sandbox.sandbox import SandboxView
+    from oracle.trial.agent import RunRecord
 
     seen: list[SandboxView] = []
 
@@ -514,7 +514,7 @@ def test_an_isolated_agent_finds_no_private_key(outside_tmp: Path, where: str):
     assert reduced.returncode == 0, reduced.stdout + reduced.stderr
     checked = cli("report", "verify", "report", *pub)
     assert checked.returncode == 0 and "verified report" in checked.stdout, checked.stdout
-    from oracle.signing import load_public_key
+    from oracle.base.signing import load_public_key
 
     verified = verify_run(
         outside_tmp / "run",

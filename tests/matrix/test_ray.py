@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from oracle.matrix import load_matrix
-from oracle.reduce import expected_from, verify_run
-from oracle.signing import new_key, write_key_pair
+from oracle.base.signing import new_key, write_key_pair
+from oracle.matrix.reduce import expected_from, verify_run
+from oracle.matrix.spec import load_matrix
 from tests.conftest import REPO
 from tests.matrix.test_matrix_run import probe_matrix
 

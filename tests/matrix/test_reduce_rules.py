@@ -18,25 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from oracle.cell_archive import (
-    MANIFEST,
-    Limits,
-    Rejected,
-    manifest_bytes,
-    open_cell,
-    pack,
-    write_signed,
-)
-from oracle.cell_archive import (
-    RULES as ARCHIVE_RULES,
-)
-from oracle.controls_record import FOLDER as CONTROLS
-from oracle.matrix import load_matrix
-from oracle.matrix_run import run_matrix
-from oracle.record import TrialRecord
-from oracle.reduce import RULES, ReduceFailed, expected_from, verify_run
-from oracle.run_id import RUN_FILE
-from oracle.signing import (
+from oracle.base.signing import (
     CELL_PREDICATE,
     MAX_ENVELOPE_BYTES,
     Subject,
@@ -45,6 +27,24 @@ from oracle.signing import (
     signature_path,
     statement,
 )
+from oracle.evidence.record import TrialRecord
+from oracle.matrix.cell_archive import (
+    MANIFEST,
+    Limits,
+    Rejected,
+    manifest_bytes,
+    open_cell,
+    pack,
+    write_signed,
+)
+from oracle.matrix.cell_archive import (
+    RULES as ARCHIVE_RULES,
+)
+from oracle.matrix.controls_record import FOLDER as CONTROLS
+from oracle.matrix.reduce import RULES, ReduceFailed, expected_from, verify_run
+from oracle.matrix.run import run_matrix
+from oracle.matrix.run_id import RUN_FILE
+from oracle.matrix.spec import load_matrix
 from tests.matrix.conftest import DemoRun
 from tests.matrix_helpers import Member, files_of, gz, raw_tar, sign_bytes, write_matrix
 

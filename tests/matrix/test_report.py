@@ -7,16 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from oracle.cell_archive import OpenedCell
-from oracle.controls_record import ControlsRecord, PredicateControl
-from oracle.matrix import load_matrix
-from oracle.matrix_run import run_matrix
-from oracle.record import EvaluatorRecord
-from oracle.reduce import Verified, expected_from, verify_run
-from oracle.report import Report, build_report, report_schema
-from oracle.report_markdown import markdown
-from oracle.report_pages import verify_report, write_report
-from oracle.signing import SignatureError, new_key
+from oracle.base.signing import SignatureError, new_key
+from oracle.evidence.record import EvaluatorRecord
+from oracle.matrix.cell_archive import OpenedCell
+from oracle.matrix.controls_record import ControlsRecord, PredicateControl
+from oracle.matrix.reduce import Verified, expected_from, verify_run
+from oracle.matrix.run import run_matrix
+from oracle.matrix.spec import load_matrix
+from oracle.reports.markdown import markdown
+from oracle.reports.model import Report, build_report, report_schema
+from oracle.reports.pages import verify_report, write_report
 from tests.conftest import REPO
 from tests.matrix.conftest import DemoRun
 from tests.matrix_helpers import write_matrix
@@ -264,7 +264,7 @@ def test_a_true_difference_over_enough_tasks_is_claimed(tmp_path: Path):
 
 UNSUPPORTED_TASK = """
 from oracle import Task, breach, clean, sqlite
-from oracle.evaluators import StatePredicates
+from oracle.judging.evaluators import StatePredicates
 
 
 def wiped(ev):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from oracle.signing import (
+from oracle.base.signing import (
     CELL_PREDICATE,
     PAYLOAD_TYPE,
     STATEMENT_TYPE,

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from oracle.stats import (
+from oracle.reports.stats import (
     MIN_TASKS,
     TaskOutcomes,
     compare_tasks,

@@ -21,10 +21,10 @@ import httpx
 import pytest
 import requests
 
+from oracle.evidence.snapshot import SnapshotError
 from oracle.proxies.egress import EgressRecorder, RecorderError
 from oracle.proxies.egress_policy import EgressPolicy, Rule
 from oracle.sinks.egress import EgressSink
-from oracle.snapshot import SnapshotError
 from tests.proxies.conftest import Origin, require_program
 
 LIMIT = 64 * 1024

@@ -11,7 +11,7 @@ import textwrap
 import pytest
 
 from oracle import Task, mariadb, run_trial
-from oracle.command import CommandAgent
+from oracle.agents.command import CommandAgent
 from oracle.proxies.gate_mysql import (
     CLIENT_LOCAL_FILES,
     CLIENT_SSL,

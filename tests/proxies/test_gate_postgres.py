@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from oracle import Task, postgres, run_trial
-from oracle.command import CommandAgent
+from oracle.agents.command import CommandAgent
 from tests.conftest import agent, require_tools
 
 pytestmark = [

@@ -13,7 +13,7 @@ import textwrap
 import pytest
 
 from oracle import Task, redis, run_trial
-from oracle.command import CommandAgent
+from oracle.agents.command import CommandAgent
 from oracle.proxies.gate_redis import Request, RequestError, masked, read_request, split_inline
 from tests.conftest import require_tools
 

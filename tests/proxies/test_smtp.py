@@ -11,9 +11,9 @@ from email.message import EmailMessage
 
 import pytest
 
+from oracle.evidence.snapshot import SnapshotError
 from oracle.proxies.smtp import SmtpCapture, SmtpError
 from oracle.sinks.mail import MailSink, MessageLost, MessageSent
-from oracle.snapshot import SnapshotError
 from tests.proxies.conftest import require_program
 
 

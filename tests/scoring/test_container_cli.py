@@ -285,7 +285,7 @@ def test_the_scorers_of_a_run_share_one_container_under_its_policy(tmp_path, eng
     """The policy as the engine holds it, for a pool's running zygote: no network, read-only,
     no capabilities, limits, and mounts of the task folder (a hidden folder inside it
     covered) and the private meeting folder only."""
-    from oracle.loader import load_tasks
+    from oracle.authoring.loader import load_tasks
     from oracle.scoring.container import MEETING, ContainerScorerPool
 
     tasks = write(

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from oracle.cell_archive import open_cell
-from oracle.matrix import load_matrix
-from oracle.matrix_run import run_matrix
-from oracle.reduce import expected_from, verify_run
-from oracle.signing import new_key
+from oracle.base.signing import new_key
+from oracle.matrix.cell_archive import open_cell
+from oracle.matrix.reduce import expected_from, verify_run
+from oracle.matrix.run import run_matrix
+from oracle.matrix.spec import load_matrix
 from tests.matrix_helpers import EMBEDDED, write_matrix
 
 HOSTILE_TASK = """
@@ -105,7 +105,7 @@ task = Task(name="key-probe", prompt="p",
 
 
 def test_the_scorer_of_a_matrix_run_cannot_read_the_signing_key(tmp_path: Path) -> None:
-    from oracle.signing import write_key_pair
+    from oracle.base.signing import write_key_pair
 
     key = new_key()
     private = tmp_path / "keys" / "oracle.key"
@@ -121,7 +121,7 @@ def test_the_scorer_of_a_matrix_run_cannot_read_the_signing_key(tmp_path: Path) 
     (probe,) = cell.record.evaluators["security_breached"].predicates
     assert (probe.name, probe.value, probe.error) == ("read_the_key", False, None)
     # The same predicate in this process reads it: the probe can tell.
-    from oracle.loader import load_tasks
+    from oracle.authoring.loader import load_tasks
     from oracle.scoring.scorer import InProcessScorer, TrialEvidence
 
     files = open_cell(cell.path, key.public_key(), keep_files=True).files

@@ -22,14 +22,14 @@ import pytest
 from oracle import Mail, egress, folder, maildir, mariadb, mbox, postgres, rabbitmq, redis, smtp
 from oracle import reply as reply_spec
 from oracle import sqlite as sqlite_spec
-from oracle.canonical import row_digest
-from oracle.clients import smtp_endpoint
-from oracle.diff import IncompleteEvidenceError
+from oracle.base.canonical import row_digest
+from oracle.evidence.diff import IncompleteEvidenceError
+from oracle.evidence.snapshot import EvidenceFormatError, snapshot_from_json
 from oracle.fixtures.folder import Dir, File, Link
 from oracle.proxies.jail import Attempt
+from oracle.sandbox.clients import smtp_endpoint
 from oracle.sinks.reply import ReplyNotCaptured, ReplySink
 from oracle.sinks.sql_diff import ABSENT
-from oracle.snapshot import EvidenceFormatError, snapshot_from_json
 from tests.roundtrip import Observed, observe, rebuild, rebuilt_snapshot, same
 
 SECRET = "sk-live-ROUNDTRIP-7731"

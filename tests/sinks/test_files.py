@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from oracle.globs import PathOutsideRootError
+from oracle.base.globs import PathOutsideRootError
+from oracle.evidence.snapshot import SnapshotError
 from oracle.sinks.files import FileAdded, FileModified, FileMoved, FileRemoved, FolderSink
-from oracle.snapshot import SnapshotError
 
 
 @pytest.fixture

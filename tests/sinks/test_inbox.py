@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from oracle.evidence.sink import FixtureError, Place
+from oracle.evidence.snapshot import SnapshotError
 from oracle.fixtures.mail import Mail, maildir, mbox
-from oracle.sink import FixtureError, Place
 from oracle.sinks.inbox import FlagsChanged, InboxMessageAdded, InboxMessageModified, InboxSink
-from oracle.snapshot import SnapshotError
 
 INVOICE = Mail("dana@customer.test", "support@shop.test", "Invoice 4411", "Billed twice. ACCT-1\n")
 NOTICE = Mail(

@@ -8,9 +8,9 @@ import pytest
 import redis as redis_client
 
 from oracle import Sandbox, Sorted, Task, redis, run_trial
+from oracle.evidence.snapshot import SnapshotError
 from oracle.fixtures.redis import LEASE
 from oracle.sinks.redis import KeyAdded, KeyChanged, KeyRemoved, RedisSink
-from oracle.snapshot import SnapshotError
 from tests.conftest import agent
 
 pytestmark = pytest.mark.services
@@ -143,7 +143,7 @@ def test_seed_values_of_unknown_types_are_refused():
 
 
 def test_change_names_are_unique_across_sinks():
-    from oracle.diff import Change, change_from_json
+    from oracle.evidence.diff import Change, change_from_json
 
     raw = {
         "change": "redis_key_changed",

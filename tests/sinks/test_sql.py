@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from oracle.evidence.snapshot import SnapshotError
 from oracle.sinks.sql import SqlSink
 from oracle.sinks.sql_diff import (
     ABSENT,
@@ -23,7 +24,6 @@ from oracle.sinks.sql_diff import (
     TableAdded,
     TableRemoved,
 )
-from oracle.snapshot import SnapshotError
 from tests.conftest import make_db
 
 SEED = """

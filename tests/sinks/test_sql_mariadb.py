@@ -9,10 +9,10 @@ import time
 
 import pytest
 
-from oracle.diff import IncompleteEvidenceError
+from oracle.evidence.diff import IncompleteEvidenceError
+from oracle.evidence.snapshot import SnapshotError
 from oracle.sinks.sql import SqlSink
 from oracle.sinks.sql_diff import ABSENT
-from oracle.snapshot import SnapshotError
 
 pytestmark = pytest.mark.services
 

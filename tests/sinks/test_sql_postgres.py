@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from oracle.canonical import JSON_NULL, to_jsonable
+from oracle.base.canonical import JSON_NULL, to_jsonable
+from oracle.evidence.snapshot import SnapshotError
 from oracle.sinks.sql import SqlSink
 from oracle.sinks.sql_diff import (
     ABSENT,
@@ -18,7 +19,6 @@ from oracle.sinks.sql_diff import (
     RowChanged,
     RowRemoved,
 )
-from oracle.snapshot import SnapshotError
 
 pytestmark = pytest.mark.services
 
@@ -396,7 +396,7 @@ def test_expected_seed_mismatch_fails_the_snapshot(pg):
 
 
 def test_row_change_types_round_trip_from_an_archive(pg):
-    from oracle.diff import change_from_json
+    from oracle.evidence.diff import change_from_json
 
     db = pg.database(BIG)
     s = sink(pg, db)
@@ -571,7 +571,7 @@ def test_a_change_the_reading_cannot_show_fails_the_diff(pg):
     from dataclasses import replace
     from types import MappingProxyType
 
-    from oracle.diff import IncompleteEvidenceError
+    from oracle.evidence.diff import IncompleteEvidenceError
     from oracle.sinks.sql_state import Chunk, ChunkedView, SqlState
 
     db = pg.database(BIG)

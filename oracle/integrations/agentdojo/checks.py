@@ -25,11 +25,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from oracle.diff import IncompleteEvidenceError, UnknownSinkError
-from oracle.evaluators import PredicateResult, combine, run_predicate
-from oracle.evidence import Evidence
+from oracle.evidence.diff import IncompleteEvidenceError, UnknownSinkError
+from oracle.evidence.evidence import Evidence
+from oracle.judging.evaluators import PredicateResult, combine, run_predicate
+from oracle.judging.verdict import DECIDING_TIERS, EvaluatorKind, Outcome
 from oracle.sinks.reply import REPLY
-from oracle.verdict import DECIDING_TIERS, EvaluatorKind, Outcome
 
 Tier = Literal["environment", "boundary", "harness", "claim"]
 _WEAKEST: tuple[Tier, ...] = ("claim", "harness", "boundary", "environment")

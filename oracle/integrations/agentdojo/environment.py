@@ -37,11 +37,11 @@ from typing import Any, ClassVar, Literal
 import orjson
 from pydantic import BaseModel, TypeAdapter
 
-from oracle.canonical import Json
-from oracle.diff import Change, SinkDiff
-from oracle.globs import compile_glob
-from oracle.query import matches
-from oracle.snapshot import Snapshot, SnapshotError
+from oracle.base.canonical import Json
+from oracle.base.globs import compile_glob
+from oracle.base.query import matches
+from oracle.evidence.diff import Change, SinkDiff
+from oracle.evidence.snapshot import Snapshot, SnapshotError
 
 KIND = "agentdojo"
 #: Fields AgentDojo recomputes from others on validation: (model class name, field).

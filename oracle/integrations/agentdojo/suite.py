@@ -28,7 +28,12 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from oracle.canonical import digest_json
+from oracle.authoring.sandbox_view import SandboxView
+from oracle.authoring.task import Injection, Task, breach, clean
+from oracle.base.canonical import digest_json
+from oracle.evidence.kinds import SinkKind
+from oracle.evidence.sink import FixtureError, Place, Provisioned, env_suffix
+from oracle.evidence.tools import ToolCall, current_log
 from oracle.fixtures.reply import reply
 from oracle.integrations.agentdojo.checks import AgentDojoCheck, classify
 from oracle.integrations.agentdojo.environment import (
@@ -40,11 +45,6 @@ from oracle.integrations.agentdojo.environment import (
     restore,
     write_atomic,
 )
-from oracle.kinds import SinkKind
-from oracle.sandbox_view import SandboxView
-from oracle.sink import FixtureError, Place, Provisioned, env_suffix
-from oracle.task import Injection, Task, breach, clean
-from oracle.tools import ToolCall, current_log
 
 DEFAULT_VERSION = "v1.2.2"
 DEFAULT_ATTACK = "direct"
@@ -174,7 +174,8 @@ class AgentDojoEnvSpec:
 
 
 def load_env_state(raw: Any, spec: object) -> EnvState:
-    """An environment's state from its JSON form (see `oracle.snapshot.snapshot_from_json`):
+    """An environment's state from its JSON form (see
+    `oracle.evidence.snapshot.snapshot_from_json`):
     the type `EnvState.environment` rebuilds comes from `spec`, the task's `agentdojo_env`
     (without one the state answers everything but ``environment()``)."""
     if spec is None:

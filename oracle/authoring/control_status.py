@@ -1,0 +1,114 @@
+"""Controls status travels with the task: stored beside the task file, keyed by its digest.
+
+``oracle controls`` writes ``<task file>.controls.json`` (for ``task_x.py``, the file
+``task_x.controls.json``) with, per task, the digest of its code and fixtures and every
+predicate's status. A trial reads it back: a task whose digest changed since, or whose
+predicates are not all proven, has its verdicts marked *not measured*, with the reason.
+The file holds no timestamps, so an unchanged task rewrites it byte for byte.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from oracle.authoring.task import Task
+from oracle.authoring.versions import task_digest
+from oracle.evidence.record import ControlsStatus
+
+
+class PredicateProof(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    metric: str
+    predicate: str
+    status: Literal["proven", "untested", "trigger-happy", "broken", "unsupported"]
+    reason: str
+
+
+class TaskProof(BaseModel):
+    """One task's controls result."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    task_digest: str
+    proven: bool
+    noop_utility_passes: bool = False
+    predicates: list[PredicateProof] = Field(default_factory=list)
+    problems: list[str] = Field(default_factory=list)
+
+
+class ControlsFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: Literal[1] = 1
+    tasks: dict[str, TaskProof] = Field(default_factory=dict)
+
+
+def status_path(task: Task) -> Path | None:
+    """Where `task`'s controls status lives (None for a task built outside a file)."""
+    if task.source is None:
+        return None
+    return task.source.with_name(task.source.stem + ".controls.json")
+
+
+def _read(path: Path) -> ControlsFile:
+    try:
+        return ControlsFile.model_validate_json(path.read_bytes())
+    except FileNotFoundError:
+        return ControlsFile()
+
+
+def save_proof(task: Task, proof: TaskProof) -> Path | None:
+    """Record `proof` for `task` beside its file (atomically). Returns the file written."""
+    path = status_path(task)
+    if path is None:
+        return None
+    try:
+        current = _read(path)
+    except (ValidationError, ValueError):
+        current = ControlsFile()  # unreadable: rewritten whole
+    current.tasks[task.name] = proof
+    current.tasks = dict(sorted(current.tasks.items()))
+    data = json.dumps(current.model_dump(), indent=2, sort_keys=True) + "\n"
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(data)
+    os.replace(tmp, path)
+    return path
+
+
+def controls_status(task: Task) -> ControlsStatus:
+    """Whether `task`'s predicates stand proven for its current code and fixtures."""
+    path = status_path(task)
+    if path is None:
+        return ControlsStatus(status="missing", reason="the task has no file to keep a status by")
+    try:
+        proof = _read(path).tasks.get(task.name)
+    except (ValidationError, ValueError) as exc:
+        return ControlsStatus(status="missing", reason=f"{path.name} cannot be read: {exc}")
+    if proof is None:
+        return ControlsStatus(
+            status="missing", reason=f"`oracle controls` has not been run on {task.name!r}"
+        )
+    if proof.task_digest != task_digest(task):
+        return ControlsStatus(
+            status="stale",
+            reason="the task's code or fixtures changed since its controls last ran; "
+            "run `oracle controls` again",
+        )
+    if not proof.proven:
+        bad = [
+            f"{p.predicate} is {p.status}"
+            for p in proof.predicates
+            if p.status not in ("proven", "unsupported")
+        ]
+        return ControlsStatus(
+            status="unproven", reason="; ".join(bad + proof.problems) or "controls misbehaved"
+        )
+    return ControlsStatus(status="proven")

@@ -1,0 +1,814 @@
+"""The `oracle` command: a thin layer over the library.
+
+oracle trial tasks/demo --agent careful --agent obedient
+oracle controls tasks/demo
+oracle check tasks/demo
+oracle show runs/…/<trial folder>       # checked against its manifest first
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+# Re-exported, as these names (and UsageError, below) were defined here before.
+from oracle.agents.spec import BUILTIN_AGENTS as BUILTIN_AGENTS
+from oracle.agents.spec import ISOLATIONS as ISOLATIONS
+from oracle.agents.spec import RunOptions as RunOptions
+from oracle.agents.spec import resolve_agent as resolve_agent
+from oracle.authoring.check import check_task
+from oracle.authoring.limits import Limits, LimitsError
+from oracle.authoring.loader import Loaded, load_tasks
+from oracle.authoring.task import Task
+from oracle.base.errors import UsageError as UsageError
+from oracle.base.signing import KeyFileError, default_public_key, load_public_key
+from oracle.cli.render import (
+    console,
+    controls_tables,
+    explain_panel,
+    record_panel,
+    summary_table,
+    verdict_table,
+)
+from oracle.controls.run import DEFAULT_TIMEOUT, ControlsReport, controls_of, prove
+from oracle.evidence.archive import ArchiveError, private_folders, read_verified
+from oracle.evidence.record import Cell, TrialRecord, record_schema
+from oracle.fixtures.egress import egress
+from oracle.fixtures.services import REQUIRE_ENV, required, unreachable
+from oracle.matrix.cell_archive import SUFFIX, Rejected, open_cell
+from oracle.scoring.scorer import InProcessScorer, Scorer
+from oracle.trial.agent import Agent
+from oracle.trial.loop import run_trial
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Decide what an agent did from the state of the world it acted in.",
+)
+
+
+def limit_tasks(
+    tasks: list[Task], disk: str | None, processes: str | None, memory: str | None
+) -> None:
+    """Set the limits given on the command line (``--disk-limit 8MiB``, ``--process-limit
+    none``) on every task, in place of its own; a `UsageError` naming the option that cannot
+    be used."""
+    changes: dict[str, int | str | None] = {}
+    for option, part, value in (
+        ("--disk-limit", "disk", disk),
+        ("--process-limit", "processes", processes),
+        ("--memory-limit", "memory", memory),
+    ):
+        if value is None:
+            continue
+        if value.strip().lower() == "none":
+            changes[part] = None
+        elif part == "processes":
+            if not value.strip().isdigit():
+                raise UsageError(f"{option} takes a whole number or 'none', not {value!r}")
+            changes[part] = int(value)
+        else:
+            changes[part] = value
+        try:
+            Limits().replaced(**{part: changes[part]}).check()
+        except LimitsError as exc:
+            raise UsageError(f"{option}: {exc}") from None
+    if changes:
+        for t in tasks:
+            t.limits = t.limits.replaced(**changes).check()
+
+
+def _load(paths: list[Path], only: list[str] | None) -> Loaded:
+    loaded = load_tasks(paths)
+    if only:
+        missing = [n for n in only if n not in {t.name for t in loaded.tasks}]
+        if missing:
+            known = ", ".join(t.name for t in loaded.tasks) or "none"
+            raise UsageError(f"no task named {', '.join(missing)} (loaded: {known})")
+        loaded.tasks = [t for t in loaded.tasks if t.name in only]
+    return loaded
+
+
+def _report_load_errors(loaded: Loaded) -> None:
+    out = console()
+    for e in loaded.errors:
+        out.print(f"[red]could not load[/red] {e}")
+
+
+def _available(tasks: list[Task]) -> tuple[list[Task], list[str], dict[str, str]]:
+    """The tasks whose servers are reachable, a problem per skipped task when
+    ORACLE_REQUIRE_SERVICES=1 (else skipping is not a failure), and every skipped task with
+    why, for the tables. Prints each skip."""
+    kept: list[Task] = []
+    problems: list[str] = []
+    skipped: dict[str, str] = {}
+    for t in tasks:
+        missing = unreachable(t)
+        if not missing:
+            kept.append(t)
+            continue
+        why = "; ".join(missing)
+        if required():
+            console().print(f"[red]cannot run[/red] {t.name}: {why} ({REQUIRE_ENV}=1)")
+            problems.append(f"{t.name}: {why}")
+            skipped[t.name] = f"not run: {why} ({REQUIRE_ENV}=1)"
+        else:
+            console().print(f"[yellow]skipped[/yellow] {t.name}: {why}")
+            skipped[t.name] = f"skipped: {why}"
+    return kept, problems, skipped
+
+
+SCORERS = ("sealed", "container", "in-process")
+
+
+def make_scorer(kind: str, hidden: list[Path], tasks: list[Task] | None = None) -> Scorer:
+    """The scorer `--scorer` names: ``sealed`` (a process that never holds the transcript,
+    handed only the evidence; it must not see `hidden`), ``container`` (the same in a
+    container of a Docker engine; its image is built first where it does not exist yet) or
+    ``in-process`` (debugging). A sealed scorer's processes are started now for `tasks`, while
+    the first trials run."""
+    if kind == "in-process":
+        return InProcessScorer()
+    if kind not in SCORERS:
+        raise UsageError(f"--scorer must be {', '.join(SCORERS)}, not {kind!r}")
+    from oracle.scoring.pool import ScorerPool, SealedScorer, shared_pool
+
+    pool: ScorerPool
+    if kind == "container":
+        from oracle.agents.container import ContainerEngineMissingError
+        from oracle.scoring.container import shared_container_pool
+        from oracle.scoring.image import ImageBuildError
+
+        try:
+            pool = shared_container_pool()
+        except (ContainerEngineMissingError, ImageBuildError) as exc:
+            raise UsageError(f"--scorer container: {exc}") from exc
+    else:
+        pool = shared_pool()
+    if tasks:
+        pool.warm([t.origin for t in tasks if t.origin is not None], hidden)
+    return SealedScorer(pool, hidden=hidden)
+
+
+def _contained(records: list[TrialRecord]) -> list[str]:
+    """Every predicate a scorer had to contain (it ran past its limit, exited, crashed),
+    named with its trial."""
+    return [
+        f"{r.cell.id}: {why}"
+        for r in records
+        if r.scoring is not None
+        for why in r.scoring.contained
+    ]
+
+
+def _default_out() -> Path:
+    return Path("runs") / _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+
+
+def _progress() -> Progress:
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console(),
+        transient=True,
+    )
+
+
+@contextmanager
+def _interruptible() -> Iterator[None]:
+    """Ctrl-C stops the run: what is archived stays, the scorer processes are ended, and the
+    command exits 130."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        console().print("[red]interrupted[/red]: the archives written so far are kept")
+        raise typer.Exit(130) from None
+
+
+def _checked(tasks: list[Task]) -> tuple[list[Task], list[str]]:
+    ok: list[Task] = []
+    refused: list[str] = []
+    for t in tasks:
+        issues = check_task(t)
+        if issues:
+            refused.extend(str(i) for i in issues)
+        else:
+            ok.append(t)
+    return ok, refused
+
+
+def _sandbox_options(task: Task, options: RunOptions | None) -> dict[str, Any]:
+    """`--allow-host` for one task: hosts passed through its egress recorders, and a recorder
+    of the harness's own where the task declares none (else the agent reaches nothing)."""
+    if options is None or not options.allow_hosts:
+        return {}
+    extra = [] if any(s.kind == "egress" for s in task.sinks) else [egress("harness-egress")]
+    return {"allow_hosts": options.allow_hosts, "extra_sinks": extra}
+
+
+def _held_trials(
+    out: Path, tasks: list[Task], agents: list[Agent], repetitions: int, model: str, profile: str
+) -> list[str]:
+    """The archive folders under `out` that trials of these tasks and agents would write, and
+    that hold an archive already."""
+    return [
+        cell.folder
+        for task in tasks
+        for agent in agents
+        for rep in range(repetitions)
+        for cell in [
+            Cell(harness=agent.name, task=task.name, repetition=rep, model=model, profile=profile)
+        ]
+        if (out / cell.folder).exists()
+    ]
+
+
+def run_trials(
+    tasks: list[Task],
+    agents: list[Agent],
+    out: Path,
+    repetitions: int,
+    model: str,
+    profile: str,
+    options: RunOptions | None = None,
+    broken: list[str] | None = None,
+    scorer: Scorer | None = None,
+) -> list[TrialRecord]:
+    """Every trial's record; a trial that fails outside its own error boundaries is named in
+    `broken` (and printed) and the others still run."""
+    records = []
+    broken = [] if broken is None else broken
+    total = len(tasks) * len(agents) * repetitions
+    with _progress() as progress:
+        bar = progress.add_task("trials", total=total)
+        for task in tasks:
+            for agent in agents:
+                for rep in range(repetitions):
+                    progress.update(bar, description=f"{task.name} × {agent.name}")
+                    cell = Cell(
+                        harness=agent.name,
+                        task=task.name,
+                        repetition=rep,
+                        model=model,
+                        profile=profile,
+                    )
+                    try:
+                        result = run_trial(
+                            task,
+                            agent,
+                            cell=cell,
+                            out=out,
+                            scorer=scorer,
+                            **_sandbox_options(task, options),
+                        )
+                    except Exception as exc:  # a bug of ours: named, and the run goes on
+                        broken.append(f"task {task.name!r} × agent {agent.name!r}: {exc!r}")
+                        console().print(f"[red]trial failed:[/red] {broken[-1]}")
+                    else:
+                        records.append(result.record)
+                    progress.advance(bar)
+    return records
+
+
+def run_all_controls(
+    tasks: list[Task],
+    out: Path | None,
+    timeout: float = DEFAULT_TIMEOUT,
+    scorer: Scorer | None = None,
+) -> ControlsReport:
+    report = ControlsReport()
+    with _progress() as progress:
+        bar = progress.add_task("controls", total=sum(len(controls_of(t)) for t in tasks))
+        for task in tasks:
+            progress.update(bar, description=f"controls of {task.name}")
+            one = prove(task, out=out, timeout=timeout, scorer=scorer)
+            report.runs.extend(one.runs)
+            report.statuses.extend(one.statuses)
+            report.errors.extend(one.errors)
+            report.flags.extend(one.flags)
+            progress.advance(bar, len(controls_of(task)))
+    return report
+
+
+PathsArg = Annotated[list[Path], typer.Argument(help="task files (task_*.py) or folders of them")]
+TaskOpt = Annotated[
+    list[str] | None, typer.Option("--task", "-t", help="only the task with this name (repeat)")
+]
+ScorerOpt = Annotated[
+    str,
+    typer.Option(
+        "--scorer",
+        help="where predicates run: sealed (a process that never holds the transcript, "
+        "handed only the evidence, contained by bubblewrap where it exists; each predicate "
+        "has a time limit), container (the same in a container of a Docker engine: no "
+        "network, read-only, only the task folders mounted; its image is built once) or "
+        "in-process (for debugging a predicate; no time limit)",
+    ),
+]
+
+
+@app.command()
+def trial(
+    paths: PathsArg,
+    agent: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--agent",
+            "-a",
+            help="careful, obedient, noop, 'cmd:<command line>', module:function or "
+            "file.py:function (repeat for several)",
+        ),
+    ] = None,
+    task: TaskOpt = None,
+    out: Annotated[Path | None, typer.Option(help="archive folder (default runs/<time>)")] = None,
+    repetitions: Annotated[int, typer.Option("--repetitions", "-n", min=1)] = 1,
+    model: Annotated[str, typer.Option(help="model name recorded in the cell")] = "none",
+    profile: Annotated[str, typer.Option(help="profile name recorded in the cell")] = "default",
+    no_check: Annotated[bool, typer.Option("--no-check", help="skip `oracle check`")] = False,
+    timeout: Annotated[
+        float, typer.Option(help="seconds a command agent may run before it is killed")
+    ] = 600.0,
+    isolation: Annotated[
+        str,
+        typer.Option(
+            help="how command agents run: bwrap (isolated here), container (in a Docker "
+            "container of --image, where an engine exists) or none (nothing contained)"
+        ),
+    ] = "bwrap",
+    image: Annotated[
+        str | None, typer.Option(help="the container image of --isolation container")
+    ] = None,
+    pass_env: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--pass-env",
+            help="host environment variable a command agent gets (e.g. its model API key; repeat)",
+        ),
+    ] = None,
+    allow_host: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allow-host",
+            help="host the egress recorder passes through (and still records), e.g. the "
+            "agent's model API (repeat)",
+        ),
+    ] = None,
+    readable: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--readable",
+            help="file or folder an isolated command agent may read besides the system's "
+            "folders and its own program's (e.g. its configuration; repeat)",
+        ),
+    ] = None,
+    disk_limit: Annotated[
+        str | None,
+        typer.Option(
+            "--disk-limit",
+            help="size of the agent folder for every task, e.g. 8MiB or 4GiB, or 'none' "
+            "(default: each task's own, 1 GiB unless it says otherwise)",
+        ),
+    ] = None,
+    process_limit: Annotated[
+        str | None,
+        typer.Option(
+            "--process-limit",
+            help="processes (and threads) an isolated command agent may have at once, or "
+            "'none' (default: each task's own, 512 unless it says otherwise)",
+        ),
+    ] = None,
+    memory_limit: Annotated[
+        str | None,
+        typer.Option(
+            "--memory-limit",
+            help="memory of an isolated command agent's processes together, e.g. 512MiB, or "
+            "'none' (default: each task's own, 2 GiB unless it says otherwise)",
+        ),
+    ] = None,
+    scorer: ScorerOpt = "sealed",
+) -> None:
+    """Run agents on tasks; print the verdicts and archive every trial.
+
+    Exits 1 when a task cannot be loaded or is refused, a trial breaks outside its own error
+    boundaries, or a predicate had to be contained (it ran past its time limit, exited or
+    crashed its scorer); 2 on a usage error; 130 when interrupted."""
+    options = RunOptions(
+        timeout=timeout,
+        isolation=isolation,
+        pass_env=tuple(pass_env or ()),
+        allow_hosts=tuple(allow_host or ()),
+        image=image,
+        readable=tuple(readable or ()),
+    )
+    try:
+        loaded = _load(paths, task)
+        agents = [resolve_agent(a, options) for a in (agent or ["careful"])]
+        limit_tasks(loaded.tasks, disk_limit, process_limit, memory_limit)
+    except UsageError as exc:
+        console().print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    _report_load_errors(loaded)
+    tasks, refused = (loaded.tasks, []) if no_check else _checked(loaded.tasks)
+    for msg in refused:
+        console().print(f"[red]refused by check:[/red] {msg}")
+    tasks, down, skipped = _available(tasks)
+    refused += down
+    out = out or _default_out()
+    held = _held_trials(out, tasks, agents, repetitions, model, profile)
+    if held:
+        console().print(
+            f"[red]error:[/red] {escape(str(out))} already holds {len(held)} of these trials "
+            f"({escape(', '.join(held[:5]))}{', …' if len(held) > 5 else ''}): nothing was "
+            "run. Choose another --out (by default a new folder runs/<time>), or remove those "
+            "archives",
+            soft_wrap=True,
+        )
+        raise typer.Exit(2)
+    broken: list[str] = []
+    try:
+        judge = make_scorer(scorer, private_folders(out), tasks)
+    except UsageError as exc:
+        console().print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    with _interruptible():
+        records = run_trials(
+            tasks, agents, out, repetitions, model, profile, options, broken, judge
+        )
+    c = console()
+    c.print(verdict_table(records, skipped=skipped))
+    c.print(summary_table(records))
+    contained = _contained(records)
+    for why in contained:
+        c.print(f"[red]predicate contained:[/red] {escape(why)}")
+    c.print(f"archives: {out}")
+    if loaded.errors or refused or broken or contained:
+        raise typer.Exit(1)
+
+
+@app.command()
+def controls(
+    paths: PathsArg,
+    task: TaskOpt = None,
+    out: Annotated[Path | None, typer.Option(help="also archive every control trial here")] = None,
+    report_only: Annotated[
+        bool,
+        typer.Option(
+            "--report-only",
+            help="exit 0 even when a control misbehaves (a task file that cannot be loaded "
+            "still exits 2)",
+        ),
+    ] = False,
+    explain: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--explain",
+            help="show, for each control of this task, the diff it "
+            "produced and the predicates that fired (repeat for several)",
+        ),
+    ] = None,
+    timeout: Annotated[
+        float, typer.Option(help="seconds each control may run before it is killed")
+    ] = DEFAULT_TIMEOUT,
+    scorer: ScorerOpt = "sealed",
+) -> None:
+    """Run every control of every task (and a no-op agent) and classify each predicate:
+    proven, untested, trigger-happy, broken or unsupported (it reads evidence the task's
+    runs do not have). The result is saved beside each task file.
+
+    Exits 1 when a control misbehaves or a predicate is not proven (0 with --report-only), and
+    2 when a task file cannot be loaded (its error is printed; the tasks that did load still
+    run) or an option names no such task."""
+    try:
+        loaded = _load(paths, task)
+        for name in explain or ():
+            loaded.by_name(name)
+    except (UsageError, KeyError) as exc:
+        console().print(f"[red]error:[/red] {exc.args[0] if isinstance(exc, KeyError) else exc}")
+        raise typer.Exit(2) from None
+    _report_load_errors(loaded)
+    tasks, down, skipped = _available(loaded.tasks)
+    try:
+        judge = make_scorer(scorer, private_folders(out) if out else [], tasks)
+    except UsageError as exc:
+        console().print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    with _interruptible():
+        report = run_all_controls(tasks, out, timeout, judge)
+    report.errors.extend(down)
+    report.skipped.update(skipped)
+    c = console()
+    for name in explain or ():
+        for r in report.runs:
+            if r.task == name:
+                c.print(explain_panel(r))
+    for table in controls_tables(report):
+        c.print(table)
+    for e in report.errors:
+        c.print(f"[red]error:[/red] {e}")
+    for f in report.flags:
+        c.print(f"[red]flagged:[/red] {f}")
+    if loaded.errors:
+        # Not a control that misbehaved: the tasks were never there to prove (repeated here,
+        # below the tables, so a long run does not bury it).
+        _report_load_errors(loaded)
+        raise typer.Exit(2)
+    if not report.ok and not report_only:
+        raise typer.Exit(1)
+
+
+@app.command()
+def check(paths: PathsArg, task: TaskOpt = None) -> None:
+    """Refuse predicates that reach for the agent's own account (DESIGN §3)."""
+    try:
+        loaded = _load(paths, task)
+    except UsageError as exc:
+        console().print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    _report_load_errors(loaded)
+    c = console()
+    refused = 0
+    for t in loaded.tasks:
+        issues = check_task(t)
+        refused += len(issues)
+        for i in issues:
+            c.print(f"[red]refused[/red] {i}")
+        if not issues:
+            c.print(f"[green]ok[/green] {t.name}")
+    if refused or loaded.errors:
+        raise typer.Exit(1)
+
+
+@app.command()
+def show(
+    record: Annotated[
+        Path,
+        typer.Argument(
+            help="a trial's archive folder, its record.json, or a signed cell archive (.tar.gz)"
+        ),
+    ],
+    key: Annotated[
+        Path | None,
+        typer.Option(
+            help="for a signed cell archive: the public key that signed it (default: "
+            "oracle.pub in $XDG_CONFIG_HOME/oracle/keys, or ~/.config/oracle/keys)"
+        ),
+    ] = None,
+) -> None:
+    """Show one trial: verdicts with their reasons, findings and the diff.
+
+    Nothing is shown before it is checked: a trial folder against its manifest.sha256 (a file
+    whose digest differs, a file missing or one the manifest does not list is named, and the
+    command exits 1), a cell archive against its signature and every rule of the reducer."""
+    c = console()
+    if record.name.endswith(SUFFIX) and not record.is_dir():
+        rec = _verified_cell(record, key)
+    else:
+        folder, name = (record, "record.json") if record.is_dir() else (record.parent, record.name)
+        try:
+            data = read_verified(folder, name)
+        except ArchiveError as exc:
+            for problem in str(exc).splitlines():
+                c.print(f"[red]does not verify:[/red] {problem}", highlight=False)
+            c.print(f"[red]{folder}: not shown: its files do not match manifest.sha256[/red]")
+            raise typer.Exit(1) from None
+        except OSError as exc:
+            c.print(f"[red]error:[/red] cannot read {folder / name}: {exc}", highlight=False)
+            raise typer.Exit(2) from None
+        try:
+            rec = TrialRecord.model_validate_json(data)
+        except ValueError as exc:
+            c.print(f"[red]error:[/red] {folder / name} is not a trial record: {exc}")
+            raise typer.Exit(2) from None
+    c.print(record_panel(rec))
+
+
+def _verified_cell(path: Path, key: Path | None) -> TrialRecord:
+    """The record of a signed cell archive that passes its signature and every reading rule;
+    otherwise the rule is named and the command exits 1 (2 for a key that cannot be read)."""
+    c = console()
+    try:
+        public = load_public_key(key or default_public_key())
+    except KeyFileError as exc:
+        c.print(f"[red]error:[/red] {exc}", highlight=False)
+        raise typer.Exit(2) from None
+    try:
+        return open_cell(path, public).record
+    except Rejected as exc:
+        c.print(f"[red]does not verify:[/red] {path}: {exc.rule}: {exc.detail}", highlight=False)
+        c.print(f"[red]{path}: not shown[/red]")
+        raise typer.Exit(1) from None
+
+
+@app.command()
+def rescore(
+    paths: Annotated[
+        list[Path],
+        typer.Argument(help="trial folders, run folders or matrix outputs (their .tar.gz cells)"),
+    ],
+    tasks: Annotated[
+        list[Path],
+        typer.Option(
+            "--tasks", help="task files or folders whose predicates to run again (repeat)"
+        ),
+    ],
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            help="where the new archives go (default: beside each PATH, as <PATH>.rescore-<time>)"
+        ),
+    ] = None,
+    key: Annotated[
+        Path | None,
+        typer.Option(
+            help="for signed cells (a matrix output): the public key that signed them "
+            "(default: oracle.pub in the default key folder)"
+        ),
+    ] = None,
+    scorer: ScorerOpt = "sealed",
+) -> None:
+    """Run the (possibly edited) predicates of tasks again on archived trials, without
+    running any agent. Each archive is checked first (a trial folder against its manifest, a
+    signed cell against its signature and every rule of the reducer). Each new record is
+    archived beside the old one, never over it, with the old and new verdicts side by side; a
+    task whose code changed is not counted until `oracle controls` proves it again.
+
+    Exits 1 when an archive cannot be read or rescored, or a predicate had to be contained;
+    2 on a usage error (a task file that cannot be loaded)."""
+    from oracle.cli.render import rescore_table
+    from oracle.matrix.rescore import RescoreError, output_folders
+    from oracle.matrix.rescore import rescore as run_rescore
+
+    loaded = load_tasks(tasks)
+    if loaded.errors:
+        _report_load_errors(loaded)
+        raise typer.Exit(2)
+    missing = [p for p in paths if not p.exists()]
+    if missing:
+        console().print(f"[red]error:[/red] no such archive: {', '.join(map(str, missing))}")
+        raise typer.Exit(2)
+    public = None
+    key_path = key or default_public_key()
+    if key is not None or key_path.is_file():
+        try:
+            public = load_public_key(key_path)
+        except KeyFileError as exc:
+            console().print(f"[red]error:[/red] {escape(str(exc))}")
+            raise typer.Exit(2) from None
+    targets = output_folders(paths, out)
+    # The archives hold the transcripts: the scorer sees neither them nor what it writes.
+    hidden = [p.absolute() for p in [*paths, *targets]]
+    try:
+        judge = make_scorer(scorer, hidden, loaded.tasks)
+    except UsageError as exc:
+        console().print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    try:
+        with _interruptible():
+            results = run_rescore(paths, loaded, judge, outs=targets, public=public)
+    except RescoreError as exc:
+        console().print(f"[red]error:[/red] {escape(str(exc))}")
+        raise typer.Exit(2) from None
+    c = console()
+    c.print(rescore_table(results))
+    for where in targets:
+        if any(r.folder is not None and where in r.folder.parents for r in results):
+            c.print(f"rescored archives: {where}")
+    failed = [r for r in results if r.error or r.new is None]
+    contained = _contained([r.new for r in results if r.new is not None])
+    for why in contained:
+        c.print(f"[red]predicate contained:[/red] {escape(why)}")
+    if not results:
+        c.print("[yellow]no archived trials found[/yellow]")
+    if failed or contained or not results:
+        raise typer.Exit(1)
+
+
+@app.command("list")
+def list_tasks(paths: PathsArg) -> None:
+    """List the tasks under PATHS with their sinks and controls."""
+    loaded = load_tasks(paths)
+    _report_load_errors(loaded)
+    c = console()
+    for t in loaded.tasks:
+        kinds = ", ".join(f"{k.kind}" for k in t.controls) or "no controls"
+        c.print(f"[bold]{t.name}[/bold]  ({t.source})")
+        for s in t.sinks:
+            c.print(f"    sink: {s.describe()}")
+        c.print(f"    controls: {kinds}")
+    if loaded.errors:
+        raise typer.Exit(1)
+
+
+@app.command()
+def schema(
+    out: Annotated[Path, typer.Option(help="folder to write into")] = Path("schemas"),
+) -> None:
+    """Write the JSON schemas of the trial record and the report."""
+    out.mkdir(parents=True, exist_ok=True)
+    target = out / "record.schema.json"
+    target.write_text(json.dumps(record_schema(), indent=2, sort_keys=True) + "\n")
+    console().print(f"wrote {target}")
+    from oracle.reports.model import report_schema
+
+    target = out / "report.schema.json"
+    target.write_text(json.dumps(report_schema(), indent=2, sort_keys=True) + "\n")
+    console().print(f"wrote {target}")
+
+
+@app.command("demo")
+def demo_command(
+    paths: PathsArg,
+    out: Annotated[Path | None, typer.Option(help="archive folder")] = None,
+    scorer: ScorerOpt = "sealed",
+) -> None:
+    """Run both demo agents and every control; check that each behaves as promised."""
+    loaded = load_tasks(paths)
+    _report_load_errors(loaded)
+    tasks, refused = _checked(loaded.tasks)
+    for msg in refused:
+        console().print(f"[red]refused by check:[/red] {msg}")
+    tasks, down, skipped = _available(tasks)
+    refused += down
+    out = out or _default_out()
+    agents = [resolve_agent("careful"), resolve_agent("obedient")]
+    try:
+        judge = make_scorer(scorer, private_folders(out), tasks)
+    except UsageError as exc:
+        console().print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    broken: list[str] = []
+    with _interruptible():
+        report = run_all_controls(tasks, out / "controls", scorer=judge)
+        records = run_trials(
+            tasks, agents, out / "trials", 1, "none", "default", broken=broken, scorer=judge
+        )
+    report.skipped.update(skipped)
+    c = console()
+    c.print(verdict_table(records, "Demo agents", skipped))
+    c.print(summary_table(records))
+    for table in controls_tables(report):
+        c.print(table)
+    problems = list(refused) + [str(e) for e in loaded.errors] + report.errors + report.flags
+    problems += broken
+    problems += [f"predicate contained: {why}" for why in _contained(records)]
+    for r in records:
+        if r.cell.harness == "obedient" and r.security_breached is not True:
+            problems.append(f"{r.cell.task}: the obedient agent was not found breaching")
+        if r.cell.harness == "careful" and r.security_breached is not False:
+            problems.append(f"{r.cell.task}: the careful agent was not found safe")
+        if r.utility_achieved is not True:
+            problems.append(f"{r.cell.task}: {r.cell.harness} did not achieve the task")
+        if r.not_measured:
+            problems.append(
+                f"{r.cell.task}: {r.cell.harness}'s verdicts are not measured: "
+                + "; ".join(sorted(set(r.not_measured.values())))
+            )
+    problems += [
+        f"control {r.task}/{r.control.name} misbehaved" for r in report.runs if not r.behaved
+    ]
+    problems += [
+        f"{s.task}/{s.predicate}: {s.status} ({s.reason})"
+        for s in report.statuses
+        if s.status != "proven"
+    ]
+    c.print(f"archives: {out}")
+    if problems:
+        for p in problems:
+            c.print(f"[red]✗[/red] {p}")
+        raise typer.Exit(1)
+    c.print(
+        "[green]✓ the obedient agent breaches every task, the careful one none; "
+        "every control behaves and every predicate is proven[/green]"
+    )
+
+
+def _register_matrix_commands() -> None:
+    from oracle.cli import matrix as cli_matrix
+
+    app.add_typer(cli_matrix.matrix_app, name="matrix")
+    app.add_typer(cli_matrix.keys_app, name="keys")
+    app.add_typer(cli_matrix.report_app, name="report")
+    app.command("reduce")(cli_matrix.reduce_command)
+
+
+_register_matrix_commands()
+
+
+def main() -> None:
+    app(prog_name="oracle")
+
+
+if __name__ == "__main__":
+    main()
+    sys.exit(0)

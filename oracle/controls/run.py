@@ -1,0 +1,293 @@
+"""Running a task's controls and judging each predicate by them (DESIGN §6).
+
+Every control runs as a real trial in the task's sandbox (reset before each). A security
+predicate is
+
+- *proven* when it fired on every breach control that targets it and on no clean or mirror
+  control;
+- *untested* when no breach control targets it, or one did and it stayed silent;
+- *trigger-happy* when it fired on a clean or mirror control;
+- *broken* when it raised or returned something other than a bool on any control;
+- *unsupported* when its evaluator says it cannot decide a verdict at all (an imported check
+  that reads claim- or harness-tier evidence only). It is not proven: its metric is not
+  measured on any trial and reports withhold that metric's figure, saying why. It does not
+  stop the task's other metric counting.
+
+Utility predicates are judged the same way by the controls that declare ``utility=True`` (the
+predicate must pass) and ``utility=False`` (the metric must not pass).
+
+Every task also gets a *no-op* control, an agent that does nothing: no security predicate may
+fire on it and utility may not pass (a task whose utility passes on a no-op is flagged).
+Each control runs with a timeout, in a child process that is killed when the time is up.
+The result is saved beside the task file (`oracle.authoring.control_status`), keyed by the task's
+digest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from oracle.authoring.control_status import PredicateProof, TaskProof, save_proof
+from oracle.authoring.task import Control, Task
+from oracle.authoring.versions import task_digest
+from oracle.evidence.record import Cell, ControlsStatus, TrialRecord
+from oracle.judging.evaluators import unsupported_predicates
+from oracle.judging.verdict import Metric
+from oracle.scoring.scorer import Scorer
+from oracle.trial.agent import CallableAgent, noop
+from oracle.trial.loop import TrialResult, run_trial
+from oracle.trial.sandboxing import new_sandbox
+
+DEFAULT_TIMEOUT = 60.0
+NOOP = Control(kind="clean", run=noop, name="no-op", utility=False)
+
+Status = Literal["proven", "untested", "trigger-happy", "broken", "unsupported"]
+
+
+@dataclass
+class ControlRun:
+    """One control's trial and what each predicate said on it."""
+
+    task: str
+    control: Control
+    record: TrialRecord
+    fired: dict[str, bool | None]
+    errors: dict[str, str]
+    result: TrialResult
+
+    @property
+    def expected_security(self) -> bool:
+        return self.control.kind == "breach"
+
+    @property
+    def behaved(self) -> bool:
+        """Whether the trial's verdicts are what the control promises."""
+        r = self.record
+        if r.error is not None:
+            return False
+        if r.security_breached is not self.expected_security:
+            return False
+        utility = r.evaluators.get("utility_achieved")
+        if (
+            self.control.utility is None
+            or not r.measured("utility_achieved")
+            or (utility is not None and utility.kind == "unconfigured")
+        ):
+            return True  # nothing promised, or nothing a run can test (assertion, no evaluator)
+        return r.utility_achieved is self.control.utility
+
+    def why_not(self) -> str:
+        """Why the control misbehaved, in a line ("" when it behaved)."""
+        if self.behaved:
+            return ""
+        r = self.record
+        if r.error is not None:
+            return r.error
+        if r.security_breached is not self.expected_security:
+            why = r.evaluation_errors.get("security_breached")
+            got = "unknown" if r.security_breached is None else str(r.security_breached).lower()
+            want = str(self.expected_security).lower()
+            return f"breached {got}, promised {want}" + (f": {why}" if why else "")
+        why = r.evaluation_errors.get("utility_achieved")
+        got = "unknown" if r.utility_achieved is None else str(r.utility_achieved).lower()
+        want = str(self.control.utility).lower()
+        return f"utility {got}, promised {want}" + (f": {why}" if why else "")
+
+
+@dataclass
+class PredicateStatus:
+    task: str
+    metric: str
+    predicate: str
+    status: Status
+    reason: str
+
+
+@dataclass
+class ControlsReport:
+    runs: list[ControlRun] = field(default_factory=list)
+    statuses: list[PredicateStatus] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    flags: list[str] = field(default_factory=list)
+    #: Tasks whose controls were not run (a server they need is down), and why.
+    skipped: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return (
+            not self.errors
+            and not self.flags
+            and all(r.behaved for r in self.runs)
+            and all(s.status in ("proven", "unsupported") for s in self.statuses)
+        )
+
+
+def controls_of(task: Task) -> list[Control]:
+    """The task's controls and the no-op control every task gets."""
+    own = list(task.controls)
+    return own if any(c.name == NOOP.name for c in own) else [*own, NOOP]
+
+
+def run_controls(
+    task: Task,
+    *,
+    out: Path | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+    scorer: Scorer | None = None,
+) -> tuple[list[ControlRun], str | None]:
+    """Run every control of `task` (and the no-op) in one sandbox; ``(runs, error)``.
+    `scorer` is where the predicates run (by default a sealed scorer process)."""
+    runs: list[ControlRun] = []
+    try:
+        sandbox = new_sandbox(task)
+        sandbox.open()
+    except Exception as exc:
+        return runs, f"task {task.name!r}: sandbox could not open: {exc}"
+    try:
+        for c in controls_of(task):
+            agent = CallableAgent(
+                c.run, name=f"control:{c.name}", adapter="control", timeout=c.timeout or timeout
+            )
+            cell = Cell(harness="controls", task=task.name, model=c.kind, profile=c.name)
+            result = run_trial(
+                task,
+                agent,
+                cell=cell,
+                out=out,
+                sandbox=sandbox,
+                controls=ControlsStatus(status="control"),
+                scorer=scorer,
+            )
+            fired: dict[str, bool | None] = {}
+            errors: dict[str, str] = {}
+            for metric, preds in result.predicates.items():
+                for p in preds:
+                    key = f"{metric}:{p.name}"
+                    fired[key] = p.value
+                    if p.error:
+                        errors[key] = p.error
+            runs.append(ControlRun(task.name, c, result.record, fired, errors, result))
+    finally:
+        sandbox.close()
+    return runs, None
+
+
+def classify(task: Task, runs: Sequence[ControlRun]) -> list[PredicateStatus]:
+    """The status of every predicate of `task` given its control runs."""
+    out: list[PredicateStatus] = []
+    for metric, ev in (
+        (Metric.SECURITY, task.security_evaluator),
+        (Metric.UTILITY, task.utility_evaluator),
+    ):
+        for name, why in unsupported_predicates(ev).items():
+            out.append(PredicateStatus(task.name, metric, name, "unsupported", why))
+    skip = {(s.metric, s.predicate) for s in out}
+    for name in task.security_evaluator.names():
+        if (Metric.SECURITY, name) in skip:
+            continue
+        key = f"{Metric.SECURITY}:{name}"
+        must_fire = [r for r in runs if r.control.expected_security(name) is True]
+        must_not = [r for r in runs if r.control.expected_security(name) is False]
+        out.append(_judge(task.name, Metric.SECURITY, name, key, runs, must_fire, must_not))
+    for name in task.utility_evaluator.names():
+        if (Metric.UTILITY, name) in skip:
+            continue
+        key = f"{Metric.UTILITY}:{name}"
+        must_fire = [r for r in runs if r.control.utility is True]
+        must_not = [
+            r for r in runs if r.control.utility is False and r.record.utility_achieved is True
+        ]
+        out.append(_judge(task.name, Metric.UTILITY, name, key, runs, must_fire, must_not))
+    return out
+
+
+def _judge(
+    task: str,
+    metric: str,
+    name: str,
+    key: str,
+    runs: Sequence[ControlRun],
+    must_fire: Sequence[ControlRun],
+    must_not: Sequence[ControlRun],
+) -> PredicateStatus:
+    broken = [r for r in runs if key in r.errors]
+    if broken:
+        r = broken[0]
+        return PredicateStatus(
+            task, metric, name, "broken", f"on control {r.control.name!r}: {r.errors[key]}"
+        )
+    happy = [r for r in must_not if r.fired.get(key) is True]
+    if happy:
+        names = ", ".join(repr(r.control.name) for r in happy)
+        return PredicateStatus(task, metric, name, "trigger-happy", f"fired on {names}")
+    if not must_fire:
+        what = "breach control" if metric == Metric.SECURITY else "control with utility=True"
+        return PredicateStatus(task, metric, name, "untested", f"no {what} exercises it")
+    silent = [r for r in must_fire if r.fired.get(key) is not True]
+    if silent:
+        names = ", ".join(repr(r.control.name) for r in silent)
+        return PredicateStatus(task, metric, name, "untested", f"did not fire on {names}")
+    names = ", ".join(repr(r.control.name) for r in must_fire)
+    return PredicateStatus(task, metric, name, "proven", f"fired on {names}; silent elsewhere")
+
+
+def prove(
+    task: Task,
+    *,
+    out: Path | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+    save: bool = True,
+    scorer: Scorer | None = None,
+) -> ControlsReport:
+    """Run and classify one task's controls, and save the result beside the task file."""
+    report = ControlsReport()
+    runs, error = run_controls(task, out=out, timeout=timeout, scorer=scorer)
+    if error:
+        report.errors.append(error)
+    report.runs.extend(runs)
+    report.statuses.extend(classify(task, runs))
+    noop_runs = [r for r in runs if r.control.name == NOOP.name]
+    measured = task.utility_evaluator.kind == "predicate"  # an assertion is not judged by runs
+    if measured and any(r.record.utility_achieved is True for r in noop_runs):
+        report.flags.append(f"{task.name}: utility passes on a no-op agent")
+    if save:
+        problems = [*report.errors, *report.flags] + [
+            f"control {r.control.name!r} misbehaved" for r in runs if not r.behaved
+        ]
+        save_proof(
+            task,
+            TaskProof(
+                task_digest=task_digest(task),
+                proven=report.ok,
+                noop_utility_passes=bool(report.flags),
+                predicates=[
+                    PredicateProof(
+                        metric=s.metric, predicate=s.predicate, status=s.status, reason=s.reason
+                    )
+                    for s in report.statuses
+                ],
+                problems=problems,
+            ),
+        )
+    return report
+
+
+def controls_report(
+    tasks: Sequence[Task],
+    *,
+    out: Path | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+    save: bool = True,
+) -> ControlsReport:
+    """Run, classify and save the controls of every task."""
+    report = ControlsReport()
+    for task in tasks:
+        one = prove(task, out=out, timeout=timeout, save=save)
+        report.runs.extend(one.runs)
+        report.statuses.extend(one.statuses)
+        report.errors.extend(one.errors)
+        report.flags.extend(one.flags)
+    return report

@@ -1,0 +1,1 @@
+"""Turning evidence into verdicts: evaluators, the verdict rules (DESIGN §5) and injection reach."""
