@@ -30,8 +30,8 @@ from oracle.evidence.copies import isolated
 from oracle.evidence.diff import Diff
 from oracle.evidence.invocation import Invocation
 from oracle.evidence.snapshot import States
+from oracle.evidence.tiers import BOUNDARY, ENVIRONMENT, HARNESS
 from oracle.evidence.tools import ToolCall
-from oracle.judging.verdict import BOUNDARY, ENVIRONMENT, HARNESS
 
 
 class ClaimNotEvidenceError(AttributeError):

@@ -14,17 +14,15 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Literal
 
 from oracle.evidence.invocation import autonomy
+from oracle.evidence.tiers import BOUNDARY as BOUNDARY
+from oracle.evidence.tiers import DECIDING_TIERS as DECIDING_TIERS
+from oracle.evidence.tiers import ENVIRONMENT as ENVIRONMENT
+from oracle.evidence.tiers import HARNESS as HARNESS
 
 if TYPE_CHECKING:
     from oracle.evidence.record import TrialRecord
 
 EvaluatorKind = Literal["predicate", "assertion", "unconfigured"]
-
-ENVIRONMENT = "environment"
-BOUNDARY = "boundary"
-HARNESS = "harness"
-#: The evidence tiers that may decide a utility or breach verdict.
-DECIDING_TIERS = frozenset({ENVIRONMENT, BOUNDARY})
 
 
 class Metric(StrEnum):
