@@ -228,3 +228,11 @@ def test_no_file_of_the_project_uses_an_old_path():
 def test_every_package_says_what_it_is(package):
     doc = ast.get_docstring(ast.parse((PACKAGE / package / "__init__.py").read_text()))
     assert doc and len(doc) > 40, f"oracle/{package}/__init__.py needs a docstring"
+
+
+def test_the_architecture_doc_draws_these_layers():
+    """docs/architecture.md's diagram lists the packages top-down: the reverse of ORDER."""
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    diagram = doc.split("## Layout", 1)[1].split("```", 2)[1]
+    drawn = [line.split()[0] for line in diagram.splitlines() if line[:1].isalpha()]
+    assert drawn == list(reversed(ORDER))
