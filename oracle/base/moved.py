@@ -37,7 +37,7 @@ MOVED: dict[str, str] = {
     "oracle.change": "oracle.evidence.change",
     "oracle.check": "oracle.authoring.check",
     "oracle.claims": "oracle.evidence.claims",
-    "oracle.cli": "oracle.cli.main",
+    "oracle.cli": "oracle.cli.app",
     "oracle.cli_matrix": "oracle.cli.matrix",
     "oracle.clients": "oracle.sandbox.clients",
     "oracle.command": "oracle.agents.command",

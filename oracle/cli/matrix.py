@@ -1,4 +1,4 @@
-"""CLI commands for matrices, keys and reports (registered by `oracle.cli.main`)::
+"""CLI commands for matrices, keys and reports (registered by `oracle.cli.app`)::
 
     oracle keys new                                  # ~/.config/oracle/keys/oracle.{key,pub}
     oracle matrix run matrices/demo.toml --out runs/m --jobs 2

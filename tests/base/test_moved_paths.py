@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import pkgutil
 import subprocess
 import sys
 import warnings
@@ -43,6 +44,10 @@ def test_an_old_module_path_warns_and_gives_the_module_at_its_new_place(old, new
 @pytest.mark.parametrize(("old", "name"), sorted(NOW_PACKAGES.items()))
 def test_a_name_of_an_old_module_that_is_now_a_package_still_imports(old, name):
     package = importlib.import_module(old)
+    # Every module of the package loaded first: none may shadow a name the old module held.
+    for found in pkgutil.iter_modules(package.__path__):
+        if found.name != "__main__":
+            importlib.import_module(f"{old}.{found.name}")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         value = getattr(package, name)

@@ -18,7 +18,7 @@ import pytest
 from typer.testing import CliRunner
 
 from oracle.base.signing import new_key, sha256_hex, signature_path, write_key_pair
-from oracle.cli.main import app
+from oracle.cli.app import app
 from oracle.evidence.record import Cell, TrialRecord
 from oracle.matrix.cell_archive import (
     MANIFEST,
