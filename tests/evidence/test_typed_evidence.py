@@ -14,7 +14,7 @@ import oracle.evidence.evidence
 from oracle.evidence.kinds import declared
 
 ROOT = Path(__file__).resolve().parents[2]
-TYPED = ROOT / "oracle" / "typed_evidence.py"
+TYPED = ROOT / "oracle" / "sinks" / "typed_evidence.py"
 
 
 def typed_views() -> dict[str, dict[str, ast.FunctionDef]]:
