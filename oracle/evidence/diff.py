@@ -283,12 +283,9 @@ class Diff(Mapping[str, SinkDiff]):
         `sink` may be left out for a kind with a default sink (the reply). Raises
         `UnknownSinkError` for a sink not observed, TypeError for a sink of another kind.
         ``ev.diff.sql("shop")`` is the same, by the kind's accessor name."""
-        name = sink if sink is not None else kind.default_sink
-        if name is None:
-            raise TypeError(f"name the {kind.name} sink to read ({kind.name} has no default)")
+        name = kind.sink_to_read(sink)
         d = self[name]
-        if d.kind != kind.name:
-            raise TypeError(f"sink {name!r} is a {d.kind} sink, not {kind.name}")
+        kind.expect(name, d.kind)
         return cast(K, d)
 
     if not TYPE_CHECKING:  # type checkers see `of`, and `oracle.Evidence` the typed accessors

@@ -126,6 +126,18 @@ class SinkKind[D: DiffClass, S]:
     def __repr__(self) -> str:
         return f"SinkKind({self.name!r})"
 
+    def sink_to_read(self, sink: str | None) -> str:
+        """`sink`, or this kind's default sink when it is None (TypeError when it has none)."""
+        name = sink if sink is not None else self.default_sink
+        if name is None:
+            raise TypeError(f"name the {self.name} sink to read ({self.name} has no default)")
+        return name
+
+    def expect(self, sink: str, kind: str) -> None:
+        """Raise TypeError unless `kind`, the kind sink `sink` really is, is this one."""
+        if kind != self.name:
+            raise TypeError(f"sink {sink!r} is a {kind} sink, not {self.name}")
+
 
 def _register_kind(kind: SinkKind[Any, Any], load: StateLoader) -> None:
     known = _KINDS.get(kind.name)

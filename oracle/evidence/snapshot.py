@@ -164,12 +164,9 @@ class States(Mapping[str, Snapshot]):
         `sink` may be left out for a kind with a default sink (the reply). Raises
         `UnknownSinkError` for a sink not observed, TypeError for a sink of another kind.
         ``ev.before.sql("shop")`` is the same, by the kind's accessor name."""
-        name = sink if sink is not None else kind.default_sink
-        if name is None:
-            raise TypeError(f"name the {kind.name} sink to read ({kind.name} has no default)")
+        name = kind.sink_to_read(sink)
         snap = self[name]
-        if snap.kind != kind.name:
-            raise TypeError(f"sink {name!r} is a {snap.kind} sink, not {kind.name}")
+        kind.expect(name, snap.kind)
         state: S = snap.state
         return state
 
