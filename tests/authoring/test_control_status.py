@@ -101,6 +101,7 @@ def test_a_changed_helper_in_another_module_makes_the_status_stale(write_task):
 
     sys.modules.pop("helper", None)
     assert controls_status(load(path)).status == "stale"
+    sys.modules.pop("helper", None)  # later tests write helper modules of their own
 
 
 UNSUPPORTED = """

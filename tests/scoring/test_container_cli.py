@@ -297,8 +297,11 @@ def test_the_scorers_of_a_run_share_one_container_under_its_policy(tmp_path, eng
         """,
     )
     hidden = tasks / "runs"
+    # The task's helper module: a stale one of that name (another test's) must not answer its
+    # import, and later tests write their own anew.
+    sys.modules.pop("helper", None)
     (loaded,) = load_tasks([tasks]).tasks
-    sys.modules.pop("helper", None)  # the task's helper module, which later tests write anew
+    sys.modules.pop("helper", None)
     assert loaded.origin is not None
     with ContainerScorerPool() as pool:
         scorer = pool.task_scorer(Path(loaded.origin), [hidden])
