@@ -44,7 +44,7 @@ class Boundary:
     def sinks(self) -> list[SinkDiff]:
         """The diffs of every boundary sink, by sink name."""
         kinds = boundary_kinds()
-        return [d for d in (self._diff[n] for n in self._diff) if d.kind in kinds]
+        return [d for d in self._diff.values() if d.kind in kinds]
 
     def of[K: SinkDiff](self, kind: SinkKind[K, Any], sink: str | None = None) -> K:
         """What reached the boundary sink `sink` of `kind` (one declared ``boundary=True``),
@@ -59,7 +59,7 @@ class Boundary:
                 f"{kind.name} sinks are not boundary evidence (boundary kinds: {known}); "
                 "read them from ev.diff"
             )
-        return cast(K, self._one(kind.name, sink))
+        return cast(K, self._one(kind, sink))
 
     if not TYPE_CHECKING:  # type checkers see `of`, and `oracle.Evidence` the typed accessors
 
@@ -69,18 +69,19 @@ class Boundary:
     def __dir__(self) -> list[str]:
         return names_with_accessors(self, boundary=True)
 
-    def _one(self, kind: str, sink: str | None) -> SinkDiff:
+    def _one(self, kind: SinkKind[Any, Any], sink: str | None) -> SinkDiff:
         if sink is not None:
             d = self._diff[sink]
-            if d.kind != kind:
-                raise TypeError(f"sink {sink!r} is a {d.kind} sink, not {kind}")
+            kind.expect(sink, d.kind)
             return d
-        found = [d for d in self.sinks() if d.kind == kind]
+        found = [d for d in self.sinks() if d.kind == kind.name]
         if len(found) != 1:
             names = [d.sink for d in found]
             if not names:
-                raise UnknownSinkError(f"({kind})", list(self._diff), "diff", self._diff.failed)
-            raise KeyError(f"the task has several {kind} sinks ({', '.join(names)}): name one")
+                raise UnknownSinkError(
+                    f"({kind.name})", list(self._diff), "diff", self._diff.failed
+                )
+            raise KeyError(f"the task has several {kind.name} sinks ({', '.join(names)}): name one")
         return found[0]
 
     def find_secret(self, secret: str | bytes) -> list[CanaryHit]:
