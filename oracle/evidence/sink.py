@@ -126,6 +126,10 @@ class Place:
     #: Hosts the harness allows through every egress recorder on top of the task's own
     #: (a real agent's model API): passed through, still recorded.
     allow_hosts: tuple[str, ...] = ()
+    #: Hosts that a local server answers for (host pattern → ``127.0.0.1:port``), offered by
+    #: the sinks provisioned first (`Provisioned.routes`): every egress recorder routes them
+    #: there, recorded as ``routed``.
+    routes: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -141,6 +145,10 @@ class Provisioned:
     #: Folders the sink keeps outside the place that an isolated agent must neither read nor
     #: write (an egress recorder's log, configuration and CA key).
     private: tuple[Path, ...] = ()
+    #: Hosts a server of this sink answers for (``{"api.github.com": "127.0.0.1:41234"}``):
+    #: the egress recorders route them to it. A spec that offers routes says so with a true
+    #: ``provides_routes`` attribute, and is provisioned before the others.
+    routes: Mapping[str, str] = field(default_factory=dict)
 
 
 @runtime_checkable

@@ -290,6 +290,9 @@ class EgressRecorder:
             "SSL_CERT_FILE": str(bundle),
             "REQUESTS_CA_BUNDLE": str(bundle),
             "CURL_CA_BUNDLE": str(bundle),
+            # git over HTTPS reads its own variable (Debian's git uses GnuTLS, which reads
+            # neither of the above).
+            "GIT_SSL_CAINFO": str(bundle),
             "NODE_EXTRA_CA_CERTS": str(ca),
         }
 

@@ -204,14 +204,23 @@ class EgressAddon:
         except (KeyError, ValueError):
             length = None
         unknown = length is None and ("chunked" in te.lower() or req.is_http2 or req.is_http3)
+        forwarded = decision.answer in ("passed", "routed")
+        if decision.answer == "routed" and decision.upstream is not None:
+            # To the local server that answers for this host, over plain HTTP, with the
+            # host's own name kept in Host (the server answers by it).
+            name = req.host
+            req.scheme, req.host, req.port = "http", decision.upstream[0], decision.upstream[1]
+            req.headers["Host"] = name
+            if req.authority:
+                req.authority = name
         if unknown or (length is not None and length > self.stream_at):
             state.capture = _Capture(self.spill_dir / f"{state.id}.body", self.limit)
             req.stream = state.capture
-            if decision.answer != "passed" and self.drain is not None:
+            if not forwarded and self.drain is not None:
                 state.redirected = True
                 state.extra.update(host=req.host, port=req.port)
                 req.scheme, req.host, req.port = "http", self.drain[0], self.drain[1]
-        elif decision.answer != "passed":
+        elif not forwarded:
             flow.response = _answer(decision, req.host, req.port)
 
     def request(self, flow: http.HTTPFlow) -> None:

@@ -10,9 +10,12 @@ A *rule* is a pattern over the request's destination::
     "wiki.corp.test/runbooks/*"     that host, paths matching the glob (query ignored)
     "*"                             everything
 
-Canned responses win over the allow-list; anything that matches neither is blocked with a 403
-that says so. The decision is made from the destination the recorder would connect to (the
-CONNECT target for HTTPS), before any upstream connection exists.
+Canned responses win over routes, and routes over the allow-list; anything that matches none
+is blocked with a 403 that says so. A *route* sends a host to a local server in its place (a
+GitHub world answers for ``api.github.com``): the request is recorded as ``routed`` and
+forwarded to that server over plain HTTP, its ``Host`` kept. The decision is made from the
+destination the recorder would connect to (the CONNECT target for HTTPS), before any
+upstream connection exists.
 
 Example::
 
@@ -32,7 +35,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-Answer = Literal["blocked", "canned", "passed"]
+Answer = Literal["blocked", "canned", "passed", "routed"]
 
 BLOCKED_HEADER = "X-Oracle-Egress"
 
@@ -175,6 +178,8 @@ class Decision:
     answer: Answer
     rule: str | None = None
     canned: Canned | None = None
+    #: ``(host, port)`` of the local server a routed request goes to
+    upstream: tuple[str, int] | None = None
 
 
 class EgressPolicy:
@@ -184,14 +189,17 @@ class EgressPolicy:
         self,
         allow: Iterable[str] = (),
         canned: Mapping[str, Any] | None = None,
+        routes: Mapping[str, str] | None = None,
     ) -> None:
         self.allow = tuple(Rule.parse(p) for p in allow)
         self.canned = tuple((Rule.parse(p), as_canned(v)) for p, v in (canned or {}).items())
+        self.routes = tuple((Rule.parse(p), _address(p, a)) for p, a in (routes or {}).items())
 
     def __repr__(self) -> str:
         return (
             f"EgressPolicy(allow={[r.pattern for r in self.allow]}, "
-            f"canned={[r.pattern for r, _ in self.canned]})"
+            f"canned={[r.pattern for r, _ in self.canned]}, "
+            f"routes={[r.pattern for r, _ in self.routes]})"
         )
 
     def decide(self, host: str, port: int, path: str = "/") -> Decision:
@@ -199,6 +207,9 @@ class EgressPolicy:
         for rule, canned in self.canned:
             if rule.matches(host, port, path):
                 return Decision("canned", rule.pattern, canned)
+        for rule, upstream in self.routes:
+            if rule.matches(host, port, path):
+                return Decision("routed", rule.pattern, upstream=upstream)
         for rule in self.allow:
             if rule.matches(host, port, path):
                 return Decision("passed", rule.pattern)
@@ -210,12 +221,27 @@ class EgressPolicy:
         return any(r.path is None and r.matches(host, port, "/") for r in self.allow)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "allow": [r.pattern for r in self.allow],
             "canned": {r.pattern: c.to_json() for r, c in self.canned},
         }
+        if self.routes:
+            out["routes"] = {r.pattern: f"{h}:{p}" for r, (h, p) in self.routes}
+        return out
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> EgressPolicy:
         canned = {p: Canned.from_json(c) for p, c in (raw.get("canned") or {}).items()}
-        return cls(allow=list(raw.get("allow") or ()), canned=canned)
+        return cls(
+            allow=list(raw.get("allow") or ()), canned=canned, routes=dict(raw.get("routes") or {})
+        )
+
+
+def _address(pattern: str, address: str) -> tuple[str, int]:
+    """``127.0.0.1:8080`` as ``(host, port)``: where a routed host's requests go."""
+    host, sep, port = str(address).rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(
+            f"egress route {pattern!r}: give the local server as host:port, not {address!r}"
+        )
+    return host.strip("[]"), int(port)
