@@ -239,6 +239,18 @@ class Task:
         dupes = sorted({n for n in names if names.count(n) > 1 and n})
         if dupes:
             raise TaskError(self.name, "sinks", f"sink names repeat: {', '.join(map(str, dupes))}")
+        kinds = {getattr(s, "kind", None) for s in self.sinks}
+        for i, s in enumerate(self.sinks):
+            # A sink reached through another (a GitHub world, through the egress recorder
+            # that routes GitHub's names to it) names the kinds it needs.
+            for needed in getattr(s, "needs_kinds", ()):
+                if needed not in kinds:
+                    raise TaskError(
+                        self.name,
+                        f"sinks[{i}]",
+                        f"sink {s.name!r} ({s.kind}) is reached through a sink of kind "
+                        f"{needed!r}, which the task does not declare (add {needed}('net'))",
+                    )
         try:
             self.utility_evaluator = as_evaluator(self.utility, Metric.UTILITY, "all")
         except (TypeError, ValueError) as exc:

@@ -144,6 +144,13 @@ class Change(BaseModel):
         for text in self.texts():
             yield Content("text", text)
 
+    def made_by_input(self) -> bool:
+        """Whether an input of the trial made this change rather than the agent: the
+        trigger the harness performed as an input actor, a workflow run the harness started.
+        The discrepancy findings (scope, claims, calls) leave such changes out; verdicts
+        read them like any other. False wherever the sink cannot tell who made a change."""
+        return False
+
     def target(self) -> str:
         """What the change is to, inside its sink (a table, a path): scopes match on it."""
         for name in ("table", "path"):

@@ -124,6 +124,12 @@ class Invocation(BaseModel):
         description="the run's resource limits (agent folder, processes, memory), each with "
         "what enforced it and whether the agent reached it",
     )
+    unverified: str | None = Field(
+        None,
+        description="why the agent's invocation cannot be verified although the harness ran "
+        "(no workflow run was attributed to the trigger, or more than one was): autonomy is "
+        "then unknown, with this reason",
+    )
 
     def limits_hit(self) -> list[str]:
         """What the agent reached, in words (``['agent folder full at 8 MiB']``)."""
@@ -149,8 +155,13 @@ def autonomy(invocation: Invocation | None) -> tuple[bool | None, str]:
     """
     if invocation is None:
         return None, "no invocation record"
+    if invocation.unverified:
+        return None, invocation.unverified
     if not invocation.started:
         why = next((s.error for s in invocation.steps if s.error), None)
+        held = sorted({s.outcome for s in invocation.steps if s.agent})
+        if why is None and held and set(held) <= {"skipped", "needs_approval"}:
+            why = f"every agent step was {' or '.join(held)}"
         return False, "the agent was never started" + (f": {why}" if why else "")
     if invocation.timed_out:
         return None, "the agent was stopped by the timeout"

@@ -44,7 +44,7 @@ from oracle.sandbox.agent_folder import AgentFolder
 from oracle.trial import sandboxing
 
 if TYPE_CHECKING:
-    from oracle.trial.agent import RunRecord
+    from oracle.trial.agent import Agent, RunRecord
 
 
 class SandboxError(RuntimeError):
@@ -237,31 +237,46 @@ class Sandbox:
         prompt_file.write_text(self.task.prompt, encoding="utf-8")
         env = {"ORACLE_PROMPT_FILE": str(prompt_file), "ORACLE_TASK": self.task.name}
         aliases: dict[str, str] = {}
+        specs = self._specs()
+        # Sinks whose servers answer for hosts (a GitHub world) come first, so that every
+        # egress recorder starts knowing where to route those hosts.
+        first = [s for s in specs if getattr(s, "provides_routes", False)]
         try:
-            for spec in self._specs():
-                try:
-                    prov = spec.provision(place, self.task.base_dir)
-                except Exception as exc:
-                    raise SandboxError(
-                        f"task {self.task.name!r}: sink {spec.name!r} could not be prepared: {exc}"
-                    ) from exc
-                # Kept before seeding, so that close() tears down what provisioning started
-                # (a recorder, a server) also when seeding fails.
-                self.provisioned[spec.name] = prov
-                try:
-                    prov.fixture.seed()
-                except Exception as exc:
-                    raise SandboxError(
-                        f"task {self.task.name!r}: sink {spec.name!r} could not be prepared: "
-                        f"{exc}{self._too_small()}"
-                    ) from exc
-                env.update(prov.endpoints)
-                for k, v in prov.aliases.items():
-                    aliases.setdefault(k, v)
+            for spec in first:
+                self._provision(spec, place)
+            routes = {k: v for p in self.provisioned.values() for k, v in p.routes.items()}
+            if routes:
+                place = dataclasses.replace(place, routes=routes)
+            for spec in specs:
+                if spec.name not in self.provisioned:
+                    self._provision(spec, place)
         except BaseException:
             self.close()
             raise
+        for spec in specs:  # endpoints and aliases in the order the task declares its sinks
+            prov = self.provisioned[spec.name]
+            env.update(prov.endpoints)
+            for k, v in prov.aliases.items():
+                aliases.setdefault(k, v)
         self.env = {**aliases, **env}
+
+    def _provision(self, spec: SinkSpec, place: Place) -> None:
+        try:
+            prov = spec.provision(place, self.task.base_dir)
+        except Exception as exc:
+            raise SandboxError(
+                f"task {self.task.name!r}: sink {spec.name!r} could not be prepared: {exc}"
+            ) from exc
+        # Kept before seeding, so that close() tears down what provisioning started (a
+        # recorder, a server) also when seeding fails.
+        self.provisioned[spec.name] = prov
+        try:
+            prov.fixture.seed()
+        except Exception as exc:
+            raise SandboxError(
+                f"task {self.task.name!r}: sink {spec.name!r} could not be prepared: "
+                f"{exc}{self._too_small()}"
+            ) from exc
 
     def _specs(self) -> list[SinkSpec]:
         """The task's sinks, then the harness's own (`extra_sinks`) under names the task does
@@ -386,6 +401,24 @@ class Sandbox:
         order = {"disk": 0, "processes": 1, "memory": 2}
         records = sorted([*inv.limits, *added], key=lambda r: order[r.resource])
         return dataclasses.replace(run, invocation=inv.model_copy(update={"limits": records}))
+
+    def run_agent(self, agent: Agent, view: sandbox_view.SandboxView) -> RunRecord:
+        """Run `agent` on `view`: itself, or started by the sink that launches the agent
+        (a GitHub world's trigger and workflow runs: its fixture's ``launch``)."""
+        launchers = [
+            (name, launch)
+            for name, prov in self.provisioned.items()
+            if callable(launch := getattr(prov.fixture, "launch", None))
+        ]
+        if len(launchers) > 1:
+            names = ", ".join(name for name, _ in launchers)
+            raise SandboxError(
+                f"task {self.task.name!r}: more than one sink starts the agent ({names})"
+            )
+        if launchers:
+            run: RunRecord = launchers[0][1](agent, view)
+            return run
+        return agent.run(view)
 
     def receive(self, run: RunRecord) -> None:
         """Hand the harness's run record to the sinks that observe what the agent published

@@ -298,7 +298,7 @@ def _observe(sb: Sandbox) -> _Observation:
 
 def _run_agent(agent: Agent, sb: Sandbox, out: Path | None) -> tuple[RunRecord, str | None]:
     try:
-        return agent.run(sb.view(private=private_folders(out) if out else [])), None
+        return sb.run_agent(agent, sb.view(private=private_folders(out) if out else [])), None
     except AgentError as exc:
         return exc.run, str(exc)
     except Exception as exc:  # an adapter that broke its contract: still recorded, never lost

@@ -24,13 +24,14 @@ from oracle.authoring.task import Task
 from oracle.evidence.diff import Diff
 from oracle.evidence.sink import Exposure, Provisioned, SinkSpec
 from oracle.evidence.snapshot import Snapshot
-from oracle.trial.agent import RunRecord
+from oracle.trial.agent import Agent, RunRecord
 
 
 class Sandbox(Protocol):
     """A task's sinks and fixtures, provisioned; a context manager (`open` on entry, `close`
     on exit). The steps of a trial call, in order: `reset`, `exposures`, `snapshot`, `view`
-    (for the agent), `limit_records` and `receive` (the agent's run), `snapshot`, `diff`."""
+    and `run_agent` (for the agent), `limit_records` and `receive` (the agent's run),
+    `snapshot`, `diff`."""
 
     @property
     def provisioned(self) -> Mapping[str, Provisioned]:
@@ -64,6 +65,11 @@ class Sandbox(Protocol):
 
     def view(self, private: Sequence[Path] = ()) -> SandboxView:
         """What the agent gets; `private` are more folders it must not see."""
+        ...
+
+    def run_agent(self, agent: Agent, view: SandboxView) -> RunRecord:
+        """Run `agent` on `view` (step 4): the agent itself, or through a sink that starts it
+        (a GitHub world performs the trigger and runs the workflows that start the agent)."""
         ...
 
     def limit_records(self, run: RunRecord) -> RunRecord:
