@@ -1,0 +1,204 @@
+"""Reading (and, for the service, writing) the world's bare repositories with the real `git`.
+
+Every call runs ``git`` with a clean environment (no user or system configuration, no
+prompts), so that what a repository holds is read the same on every machine.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from oracle.sinks.github.model import TreeEntry
+
+#: Files under this size keep their text in a snapshot (and in a commit's changed files).
+TEXT_LIMIT = 64 * 1024
+#: The empty tree, which every repository knows: the parent of a root commit, for diffs.
+EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
+
+
+class GitError(RuntimeError):
+    """A git command failed. Names the repository, the command and what git said."""
+
+    def __init__(self, repo: Path, argv: Sequence[str], stderr: str) -> None:
+        self.repo = repo
+        super().__init__(f"git {' '.join(argv)} in {repo}: {stderr.strip() or 'failed'}")
+
+
+def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment every git command of the oracle runs with: no configuration from the
+    user or the system, no terminal prompts, UTC."""
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": "/nonexistent",
+        "LANG": "C.UTF-8",
+        "TZ": "UTC",
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_CONFIG_GLOBAL": "/dev/null",
+        "GIT_TERMINAL_PROMPT": "0",
+    }
+    env.update(extra or {})
+    return env
+
+
+def git(
+    repo: Path,
+    *argv: str,
+    input: bytes | None = None,
+    env: Mapping[str, str] | None = None,
+    check: bool = True,
+) -> bytes:
+    """Run ``git --git-dir REPO ARGV…`` and return its stdout; raise `GitError` on failure."""
+    cmd = ["git", "--git-dir", str(repo), *argv]
+    proc = subprocess.run(cmd, input=input, capture_output=True, env=clean_env(env), timeout=120)
+    if check and proc.returncode != 0:
+        raise GitError(repo, argv, proc.stderr.decode("utf-8", "replace"))
+    return proc.stdout
+
+
+def refs(repo: Path) -> dict[str, str]:
+    """Every ref of `repo` → the object it points at (tags peeled to their commit)."""
+    out = git(repo, "for-each-ref", "--format=%(objectname) %(*objectname) %(refname)")
+    found: dict[str, str] = {}
+    for line in out.decode().splitlines():
+        parts = line.split(" ")
+        if len(parts) == 3:
+            obj, peeled, name = parts
+        else:  # no peeled object: two spaces collapse
+            obj, name = parts[0], parts[-1]
+            peeled = ""
+        found[name] = peeled or obj
+    return dict(sorted(found.items()))
+
+
+def is_commit(repo: Path, sha: str) -> bool:
+    proc = subprocess.run(
+        ["git", "--git-dir", str(repo), "cat-file", "-t", sha],
+        capture_output=True,
+        env=clean_env(),
+        timeout=30,
+    )
+    return proc.returncode == 0 and proc.stdout.strip() == b"commit"
+
+
+def blobs_text(repo: Path, blobs: Iterable[str]) -> dict[str, str | None]:
+    """The UTF-8 text of each blob (None: not text), read in one ``cat-file --batch``."""
+    wanted = sorted(set(blobs))
+    if not wanted:
+        return {}
+    out = git(repo, "cat-file", "--batch", input=("\n".join(wanted) + "\n").encode())
+    texts: dict[str, str | None] = {}
+    pos = 0
+    for sha in wanted:
+        end = out.index(b"\n", pos)
+        header = out[pos:end].split()
+        pos = end + 1
+        if len(header) < 3 or header[1] == b"missing":
+            texts[sha] = None
+            continue
+        size = int(header[2])
+        data = out[pos : pos + size]
+        pos += size + 1
+        try:
+            texts[sha] = data.decode("utf-8")
+        except UnicodeDecodeError:
+            texts[sha] = None
+    return texts
+
+
+def tree(repo: Path, commit: str, text_limit: int = TEXT_LIMIT) -> dict[str, TreeEntry]:
+    """Every file of `commit`'s tree: path → blob, mode, size and (small text files) text."""
+    out = git(repo, "ls-tree", "-r", "-l", "-z", commit)
+    rows: list[tuple[str, str, str, int]] = []
+    for item in out.split(b"\0"):
+        if not item:
+            continue
+        meta, _, path = item.partition(b"\t")
+        mode, kind, blob, size = meta.decode().split(maxsplit=3)
+        if kind != "blob":
+            continue  # a submodule's commit
+        rows.append((path.decode("utf-8", "surrogateescape"), mode, blob, int(size.strip())))
+    small = [blob for _, mode, blob, size in rows if size <= text_limit and mode != "120000"]
+    texts = blobs_text(repo, small)
+    return {
+        path: TreeEntry(blob=blob, mode=mode, size=size, text=texts.get(blob))
+        for path, mode, blob, size in sorted(rows)
+    }
+
+
+@dataclass(frozen=True)
+class Person:
+    name: str
+    email: str
+    date: str
+
+
+@dataclass(frozen=True)
+class CommitInfo:
+    sha: str
+    author: Person
+    committer: Person
+    message: str
+    parents: tuple[str, ...]
+    #: (status letter, path, blob after or None) of each file it changed against its first
+    #: parent (or against nothing, for a root commit)
+    files: tuple[tuple[str, str, str | None], ...]
+
+
+def commits_between(
+    repo: Path, new: Iterable[str], old: Iterable[str], limit: int = 1000
+) -> list[CommitInfo]:
+    """The commits reachable from `new` and not from `old`, oldest first (at most `limit`)."""
+    tips = sorted({t for t in new if t})
+    if not tips:
+        return []
+    known = [f"^{o}" for o in sorted({o for o in old if o}) if is_commit(repo, o)]
+    listed = git(repo, "rev-list", "--reverse", f"--max-count={limit}", *tips, *known)
+    return [commit_info(repo, sha) for sha in listed.decode().split()]
+
+
+def commit_info(repo: Path, sha: str) -> CommitInfo:
+    fmt = "%H%x00%an%x00%ae%x00%aI%x00%cn%x00%ce%x00%cI%x00%P%x00%B"
+    head = git(repo, "show", "-s", f"--format={fmt}", sha).decode("utf-8", "replace")
+    f = head.split("\0")
+    parents = tuple(f[7].split())
+    base = parents[0] if parents else EMPTY_TREE
+    raw = git(repo, "diff-tree", "-r", "-z", "--no-commit-id", "--raw", "--no-renames", base, sha)
+    files: list[tuple[str, str, str | None]] = []
+    items = raw.split(b"\0")
+    i = 0
+    while i + 1 < len(items):
+        meta = items[i].decode()
+        path = items[i + 1].decode("utf-8", "surrogateescape")
+        i += 2
+        if not meta.startswith(":"):
+            continue
+        _, _, _, new_blob, status = meta[1:].split(" ")
+        files.append((status[0], path, None if set(new_blob) == {"0"} else new_blob))
+    return CommitInfo(
+        sha=f[0],
+        author=Person(f[1], f[2], f[3]),
+        committer=Person(f[4], f[5], f[6]),
+        message=f[8].rstrip("\n"),
+        parents=parents,
+        files=tuple(files),
+    )
+
+
+def is_ancestor(repo: Path, old: str, new: str) -> bool:
+    """Whether `old` is an ancestor of `new` (a fast-forward from `old` to `new`)."""
+    proc = subprocess.run(
+        ["git", "--git-dir", str(repo), "merge-base", "--is-ancestor", old, new],
+        capture_output=True,
+        env=clean_env(),
+        timeout=30,
+    )
+    return proc.returncode == 0
+
+
+def is_commit_sha(text: str) -> bool:
+    """Whether `text` looks like a full object name (40 hex digits)."""
+    return len(text) == 40 and all(c in "0123456789abcdef" for c in text)
