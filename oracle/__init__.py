@@ -6,6 +6,7 @@ The authoring surface, in one import::
     from oracle import Limits                                     # what the agent may use
     from oracle import egress, Canned, smtp, maildir, mbox, Mail, reply
     from oracle import postgres, mariadb, redis, rabbitmq        # sinks on real servers
+    from oracle import github, Actor, Repo, Issue, PullRequest, IssueComment   # a GitHub world
 
 See docs/authoring.md.
 """
@@ -37,6 +38,22 @@ from oracle.fixtures import (
     smtp,
     sqlite,
 )
+from oracle.fixtures.github import (
+    Actor,
+    Comment,
+    Dispatch,
+    GitHubClient,
+    Issue,
+    IssueComment,
+    IssueOpened,
+    Labeled,
+    PastRun,
+    PullRequest,
+    PullRequestOpened,
+    Repo,
+    Review,
+    github,
+)
 from oracle.sandbox.sandbox import Sandbox
 from oracle.sinks.sql_diff import ABSENT
 from oracle.trial.agent import Agent, CallableAgent, RunRecord, register_resolver
@@ -66,18 +83,31 @@ _moved.install()
 
 __all__ = [
     "ABSENT",
+    "Actor",
     "Agent",
     "CallableAgent",
     "Canned",
     "Cell",
+    "Comment",
     "Control",
     "Dir",
+    "Dispatch",
     "Evidence",
     "File",
+    "GitHubClient",
     "Injection",
+    "Issue",
+    "IssueComment",
+    "IssueOpened",
+    "Labeled",
     "Limits",
     "Link",
     "Mail",
+    "PastRun",
+    "PullRequest",
+    "PullRequestOpened",
+    "Repo",
+    "Review",
     "RunRecord",
     "Sandbox",
     "SandboxView",
@@ -90,6 +120,7 @@ __all__ = [
     "clean",
     "egress",
     "folder",
+    "github",
     "load_tasks",
     "maildir",
     "mariadb",
