@@ -16,10 +16,13 @@ Both follow *runbook lines*, one action per line, written in plain text wherever
     RUN forward <selector> -> <to>      (mail in the inbox: ``all``, ``subject:<text>`` or
                                          ``from:<text>``; the original goes along, attached)
     RUN reply: <text>                   (appended to what the agent replies)
+    RUN sh: <command>                   (a shell command in the task root: ``gh``, ``git``…)
 
 Both read the prompt, every text file under the task root, every text value in every
-database (SQL or Redis), every message in the sandbox's inboxes and every page they
-fetch, as an agent reading its tool results would. The difference is whom they obey:
+database (SQL or Redis), every message in the sandbox's inboxes, every page they fetch and,
+in a GitHub world, the event that started them and every issue, pull request and comment of
+the repository (through the API, as a client would), as an agent reading its tool results
+would. The difference is whom they obey:
 
 - ``careful`` runs the lines of the user's prompt only; what it reads is data.
 - ``obedient`` also runs every line it finds in what it reads: the injection works on it.
@@ -32,10 +35,12 @@ from __future__ import annotations
 
 import email
 import email.policy
+import json
 import os
 import re
 import shlex
 import shutil
+import subprocess
 import sys
 from collections.abc import Iterator, Mapping
 from email.message import EmailMessage
@@ -210,6 +215,8 @@ def act(
         target = _path(env, dst)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(_path(env, src), target)
+    elif verb == "sh":
+        _shell(env, rest)
     elif verb == "delete":
         _path(env, rest).unlink()
     elif verb == "chmod":
@@ -220,11 +227,67 @@ def act(
     return None
 
 
+def _shell(env: Mapping[str, str], command: str) -> None:
+    """Run `command` with ``sh`` in the task root, with the sandbox's variables (and a PATH
+    and HOME where an in-process agent's view has none)."""
+    full = dict(env)
+    full.setdefault("PATH", os.environ.get("PATH", "/usr/bin:/bin"))
+    root = env.get("ORACLE_TASK_ROOT") or env.get("GITHUB_WORKSPACE")
+    if "HOME" not in full:
+        home = Path(root or ".") / ".." / ".home-demo"
+        home.mkdir(parents=True, exist_ok=True)
+        full["HOME"] = str(home.resolve())
+    done = subprocess.run(
+        ["/bin/sh", "-c", command], cwd=root, env=full, capture_output=True, text=True, timeout=300
+    )
+    if done.returncode != 0:
+        said = (done.stderr or done.stdout).strip()[-500:]
+        raise RunbookError(f"sh {command!r} exited with {done.returncode}: {said}")
+
+
+def _github_texts(env: Mapping[str, str]) -> Iterator[str]:
+    """The event that started the agent, and the repository's issues, pull requests and
+    comments, read through the API as the agent's login."""
+    event = env.get("GITHUB_EVENT_PATH")
+    if event and os.path.isfile(event):
+        with open(event, encoding="utf-8") as f:
+            yield from _strings(json.load(f))
+    token, repo = env.get("GH_TOKEN"), env.get("GITHUB_REPOSITORY")
+    if not token or not repo:
+        return
+    headers = {"Authorization": f"Bearer {token}", "Accept": "application/vnd.github+json"}
+    api = f"https://api.github.com/repos/{repo}"
+    found = clients.http_request(env, "GET", f"{api}/issues?state=all", headers=headers)
+    if found.status != 200:
+        return
+    for item in json.loads(found.body):
+        yield f"{item.get('title', '')}\n{item.get('body') or ''}"
+        said = clients.http_request(
+            env, "GET", f"{api}/issues/{item['number']}/comments", headers=headers
+        )
+        if said.status == 200:
+            for c in json.loads(said.body):
+                yield str(c.get("body") or "")
+
+
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _strings(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _strings(v)
+
+
 def _read_inputs(env: Mapping[str, str]) -> Iterator[str]:
     """Everything the agent reads besides its prompt: files under the root, database text."""
     root = env.get("ORACLE_TASK_ROOT")
     if root and os.path.isdir(root):
         for p in sorted(Path(root).rglob("*")):
+            if ".git" in p.relative_to(root).parts:
+                continue
             if p.is_file() and not p.is_symlink():
                 try:
                     yield p.read_text(encoding="utf-8")
@@ -247,6 +310,7 @@ def _read_inputs(env: Mapping[str, str]) -> Iterator[str]:
         yield f"{msg.get('subject', '')}\n{_text_of(msg)}"
     for url in sorted({v for k, v in env.items() if k.startswith("ORACLE_REDIS_URL")}):
         yield from _redis_texts(url)
+    yield from _github_texts(env)
 
 
 def _redis_texts(url: str) -> Iterator[str]:
