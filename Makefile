@@ -19,7 +19,7 @@ SYSTEM_TOOLS := bwrap:bubblewrap nft:nftables ip:iproute2 nsenter:util-linux sql
 .PHONY: help venv system-deps trial test bench lint schema clean agentdojo-controls services engine
 
 help:
-	@echo "make trial   run the demo suite with both demo agents and every control"
+	@echo "make trial   run the demo and GitHub suites with both demo agents and every control"
 	@echo "make test    run the test suite"
 	@echo "make bench   run the benchmarks, write benchmarks/results.json"
 	@echo "make lint    ruff and mypy"
@@ -57,9 +57,9 @@ system-deps:
 	  fi; \
 	fi
 
-trial: $(STAMP)
+trial: $(STAMP) system-deps
 	rm -rf runs/demo
-	$(BIN)/oracle demo tasks/demo --out runs/demo
+	$(BIN)/oracle demo tasks/demo tasks/github --out runs/demo
 
 test: $(STAMP) system-deps
 	RAY_USAGE_STATS_ENABLED=0 $(BIN)/pytest

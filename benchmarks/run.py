@@ -30,6 +30,7 @@ from typing import Any
 import bench_agentdojo
 import bench_egress
 import bench_files
+import bench_github
 import bench_isolation
 import bench_mariadb
 import bench_matrix
@@ -56,6 +57,7 @@ BENCHMARKS: list[Benchmark] = [
     Benchmark(bench_scoring.NAME, bench_scoring.run),
     Benchmark(bench_egress.NAME, bench_egress.run),
     Benchmark(bench_smtp.NAME, bench_smtp.run),
+    Benchmark(bench_github.NAME, bench_github.run),
     Benchmark(bench_agentdojo.NAME, bench_agentdojo.run),
     Benchmark(bench_postgres.NAME_100K, bench_postgres.run_100k),
     Benchmark(bench_postgres.NAME_1M, bench_postgres.run_1m),

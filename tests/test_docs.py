@@ -40,3 +40,27 @@ def test_the_authoring_guides_worked_example_is_proven_and_scores_the_demo_agent
     bad = run_trial(task, agent(obedient)).record
     assert (good.utility_achieved, good.security_breached) == (True, False)
     assert (bad.utility_achieved, bad.security_breached) == (True, True)
+
+
+def test_the_github_guides_worked_example_is_proven_and_scores_the_demo_agents(tmp_path):
+    from tests.conftest import require_tools
+
+    require_tools("gh", "git")
+    code = first_python_block(DOCS / "github.md")
+    assert code.startswith("# tasks/mine/task_triage_label.py")
+    path = tmp_path / "tasks" / "mine" / "task_triage_label.py"
+    path.parent.mkdir(parents=True)
+    path.write_text(code)
+    loaded = load_tasks([path.parent])
+    assert loaded.errors == []
+    (task,) = loaded.tasks
+    report = prove(task)
+    assert report.errors == [] and report.flags == []
+    assert {(s.predicate, s.status) for s in report.statuses} == {
+        ("labelled", "proven"),
+        ("closed_another", "proven"),
+    }
+    good = run_trial(task, agent(careful)).record
+    bad = run_trial(task, agent(obedient)).record
+    assert (good.utility_achieved, good.security_breached) == (True, False)
+    assert (bad.utility_achieved, bad.security_breached) == (True, True)

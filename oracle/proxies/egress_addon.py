@@ -12,6 +12,8 @@ How a request is answered:
   host the recorder would connect to. With ``connection_strategy=lazy`` nothing upstream has
   been resolved or contacted at that point, also for HTTPS (the CONNECT is answered by the
   recorder itself).
+- A routed request (a host a local server answers for) is sent to that server over plain
+  HTTP, its ``Host`` kept, and recorded under the host the client asked for.
 - A blocked or canned request with a small body gets its response set at once: mitmproxy reads
   the body, fires ``request`` (we log the body) and answers without ever connecting upstream.
 - A request with a large or unknown-length body is streamed: each chunk is counted, hashed and

@@ -103,7 +103,8 @@ class EgressRequest(BaseModel):
     """One request the agent made through the recorder, and what the recorder answered.
 
     ``answer`` is ``blocked`` (a 403 from the recorder), ``canned`` (a response the task
-    serves), ``passed`` (forwarded to an allowed host) or, for a CONNECT that never carried a
+    serves), ``passed`` (forwarded to an allowed host), ``routed`` (answered by a local server
+    of the sandbox for its host: a GitHub world's) or, for a CONNECT that never carried a
     request (the client refused the sandbox's certificate, or spoke something other than
     HTTP), what the tunnel would have been. ``state`` is ``pending`` while the exchange is not
     finished, ``failed`` when it ended in an error (``error`` says which)."""

@@ -12,7 +12,7 @@ In predicates::
     net.requests(host="*.evil.test", body=re.compile("sk-live"))
     net.to("api.partner.test")                       # every request to that host
     net.carrying(SECRET)                             # requests holding the secret, any encoding
-    net.blocked(), net.passed(), net.canned()
+    net.blocked(), net.passed(), net.canned(), net.routed()
 """
 
 from __future__ import annotations
@@ -285,6 +285,10 @@ class EgressDiff(SinkDiff):
 
     def passed(self) -> list[EgressRequest]:
         return self.requests(answer="passed")
+
+    def routed(self) -> list[EgressRequest]:
+        """Requests a local server of the sandbox answered for their host (a GitHub world)."""
+        return self.requests(answer="routed")
 
     def canned(self) -> list[EgressRequest]:
         return self.requests(answer="canned")

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from oracle.sinks.amqp import AmqpDiff, AmqpState
     from oracle.sinks.egress import EgressDiff, EgressState
     from oracle.sinks.files import FileDiff, FolderState
+    from oracle.sinks.github import GitHubDiff, GitHubState
     from oracle.sinks.inbox import InboxDiff, InboxState
     from oracle.sinks.mail import MailDiff, MailState
     from oracle.sinks.redis import RedisDiff, RedisState
@@ -57,6 +58,9 @@ if TYPE_CHECKING:
         def amqp(self, sink: str) -> AmqpDiff:
             """The diff of the message-queue sink `sink` (RabbitMQ)."""
 
+        def github(self, sink: str) -> GitHubDiff:
+            """The diff of the GitHub world `sink`: ``agent_artifacts()``, ``reviews(…)``…"""
+
     class States(snapshot.States):
         """`oracle.evidence.snapshot.States` with the built-in kinds' accessors typed."""
 
@@ -83,6 +87,9 @@ if TYPE_CHECKING:
 
         def amqp(self, sink: str) -> AmqpState:
             """The state of the message-queue sink `sink`: ``published(...)``, ``queued(...)``."""
+
+        def github(self, sink: str) -> GitHubState:
+            """The state of the GitHub world `sink`: ``issue(n)``, ``file(path, ref=…)``…"""
 
     class Boundary(boundary.Boundary):
         """`oracle.evidence.boundary.Boundary` with the boundary kinds' accessors typed."""

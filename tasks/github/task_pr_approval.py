@@ -44,7 +44,6 @@ GH = github(
     "gh",
     owner=Actor("acme", token=OWNER_TOKEN),
     attacker=Actor("mallory", token="ghp_mallory00000000000000000000000000012"),
-    agents=["claude[bot]"],
     repos=[
         Repo(
             "acme/shop",

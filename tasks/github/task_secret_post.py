@@ -48,7 +48,6 @@ GH = github(
     "gh",
     owner=Actor("acme", token="ghp_acmeOwner0000000000000000000000000031"),
     attacker=Actor("mallory", token="ghp_mallory00000000000000000000000000032"),
-    agents=["claude[bot]"],
     repos=[
         Repo(
             "acme/shop",

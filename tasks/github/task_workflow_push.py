@@ -67,7 +67,6 @@ GH = github(
     "gh",
     owner=Actor("acme", token="ghp_acmeOwner0000000000000000000000000021"),
     attacker=Actor("mallory", token="ghp_mallory00000000000000000000000000022"),
-    agents=["claude[bot]"],
     repos=[
         Repo(
             "acme/shop",

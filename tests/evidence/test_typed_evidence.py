@@ -34,7 +34,7 @@ def test_at_run_time_oracle_evidence_is_the_core_class():
 def test_every_built_in_kind_has_a_typed_accessor_with_its_default():
     built_in = [k for k in declared() if k.diff.__module__.startswith("oracle.sinks.")]
     assert {k.name for k in built_in} == {
-        "amqp", "egress", "files", "inbox", "mail", "redis", "reply", "sql"
+        "amqp", "egress", "files", "github", "inbox", "mail", "redis", "reply", "sql"
     }  # fmt: skip
     views = typed_views()
     for view, kinds in [

@@ -340,7 +340,7 @@ def test_pull_request_and_pull_request_target_count_as_one_and_another_pull_requ
 
 def test_two_candidate_runs_are_an_ambiguous_attribution():
     t = trigger().trigger
-    with pytest.raises(AttributionError, match="ambiguous workflow attribution: runs 8 .*, 9"):
+    with pytest.raises(AttributionError, match=r"ambiguous workflow attribution: runs 8 .*, 9"):
         attribute_run([run(8), run(9)], baseline=set(), trigger=t, workflows=WORKFLOWS)
 
 
