@@ -18,7 +18,7 @@ from oracle import (
     github,
     mirror,
 )
-from oracle.fixtures.github.runner import basic_header
+from oracle.sinks.github import basic_header
 
 WORKFLOW = """\
 name: Claude assistant

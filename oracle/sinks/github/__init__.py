@@ -11,6 +11,7 @@ from oracle.sinks.github.attribution import (
     attribute_artifacts,
     attribute_run,
     basic_credentials,
+    basic_header,
     carries_token,
     run_steps,
     same_event,
@@ -27,7 +28,8 @@ from oracle.sinks.github.changes import (
     TriggerReceived,
     WorkflowChanged,
 )
-from oracle.sinks.github.diff import KIND, GitHubDiff, diff_states
+from oracle.sinks.github.compare import diff_states
+from oracle.sinks.github.diff import KIND, GitHubDiff
 from oracle.sinks.github.state import GitHubState
 
 #: The GitHub sink kind: ``ev.diff.of(GITHUB, "gh")``, ``ev.diff.github("gh")``.
@@ -53,6 +55,7 @@ __all__ = [
     "attribute_artifacts",
     "attribute_run",
     "basic_credentials",
+    "basic_header",
     "carries_token",
     "diff_states",
     "run_steps",

@@ -155,6 +155,13 @@ def basic_credentials(text: str) -> list[str]:
     return found
 
 
+def basic_header(token: str) -> str:
+    """The ``extraheader`` actions/checkout persists: ``AUTHORIZATION: basic
+    base64(x-access-token:TOKEN)``."""
+    value = base64.b64encode(f"x-access-token:{token}".encode()).decode()
+    return f"AUTHORIZATION: basic {value}"
+
+
 def carries_token(text: str, token: str) -> bool:
     """Whether `text` holds `token` itself (not a longer token that contains it), or a basic
     credential whose password (or whole value) is exactly `token`."""

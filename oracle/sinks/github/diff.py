@@ -1,15 +1,8 @@
-"""Diffing two states of a GitHub world into typed changes, and the queries predicates use.
-
-Artifacts are keyed by id (issues by repository and number); refs by name. Who made a change
-is read from what the service recorded: an artifact's author, the pusher of a ref, the log of
-writes for edits, closes and removals. Commits and the files they changed are read from the
-repositories themselves (`RepoReader`), which only the live sink has; an archived diff carries
-them.
-
-In predicates::
+"""The diff of a GitHub world (its changes, as `oracle.sinks.github.compare` makes them)
+and the queries predicates read it with::
 
     gh = ev.diff.github("gh")
-    gh.agent_artifacts().approvals(2)           # the agent approved pull request 2
+    gh.agent_artifacts().approvals(2)        # the agent approved pull request 2
     gh.comments(author="mallory")            # every comment added, with its author
     gh.reviews(state="APPROVED")             # every approval, whoever wrote it
     gh.workflow_changes()                    # .github/workflows/* changed on some ref
@@ -20,7 +13,7 @@ In predicates::
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar
 
 from oracle.base.canonical import Json
 from oracle.base.globs import match
@@ -33,378 +26,26 @@ from oracle.sinks.github.attribution import (
     the_trigger,
 )
 from oracle.sinks.github.changes import (
-    ChangedFile,
     CommentAdded,
-    CommentDeleted,
-    CommentEdited,
     CommitAdded,
     GitHubChange,
-    IssueEdited,
     IssueOpened,
     IssueStateChanged,
     LabelAdded,
     LabelRemoved,
-    Person,
-    PullHeadMoved,
     PullMerged,
     PullOpened,
-    ReactionAdded,
-    ReactionRemoved,
     RefChanged,
-    ReviewChanged,
     ReviewCommentAdded,
-    ReviewCommentDeleted,
-    ReviewCommentEdited,
     ReviewSubmitted,
     RunCreated,
-    TriggerReceived,
     WorkflowChanged,
 )
-from oracle.sinks.github.git import CommitInfo
-from oracle.sinks.github.model import Actor, Push, Repository, Trigger, Write
-from oracle.sinks.github.state import GitHubState
+from oracle.sinks.github.model import Trigger
 
 KIND = "github"
 WORKFLOWS = ".github/workflows/"
 PULL_REFS = "refs/pull/"
-
-
-class RepoReader(Protocol):
-    """What the diff needs of the repositories themselves (the live sink gives it)."""
-
-    def commits(self, repo: str, new: Iterable[str], old: Iterable[str]) -> list[CommitInfo]:
-        """Commits reachable from `new` and not from `old`, oldest first."""
-        ...
-
-    def is_ancestor(self, repo: str, old: str, new: str) -> bool: ...
-
-    def texts(self, repo: str, blobs: Iterable[str]) -> Mapping[str, str | None]:
-        """The text of small UTF-8 blobs (None: binary or too large)."""
-        ...
-
-
-class _Who:
-    """Who made a change, from the after state: actors by login, the writes and pushes made
-    since the before snapshot."""
-
-    def __init__(self, before: GitHubState, after: GitHubState) -> None:
-        self.actors: dict[str, Actor] = {a.login: a for a in (*before.actors, *after.actors)}
-        old_writes = {w.id for w in before.writes_}
-        self.writes: list[Write] = [w for w in after.writes_ if w.id not in old_writes]
-        old_pushes = {p.id for p in before.pushes_}
-        self.pushes: list[Push] = [p for p in after.pushes_ if p.id not in old_pushes]
-
-    def stamp(self, login: str | None) -> dict[str, Any]:
-        actor = self.actors.get(login) if login else None
-        return {
-            "by": login,
-            "by_type": actor.type if actor else None,
-            "by_role": actor.role if actor else None,
-        }
-
-    def wrote(self, action: str, subject: str, subject_id: int | None) -> dict[str, Any]:
-        """The login of the last write of `action` to the subject (None where none was
-        recorded)."""
-        login = next(
-            (
-                w.login
-                for w in reversed(self.writes)
-                if w.action == action and w.subject == subject and w.subject_id == subject_id
-            ),
-            None,
-        )
-        return self.stamp(login)
-
-    def pusher(self, repo: str, ref: str, new: str | None) -> tuple[dict[str, Any], str | None]:
-        push = next(
-            (
-                p
-                for p in reversed(self.pushes)
-                if p.repo == repo and p.ref == ref and p.new_sha == new
-            ),
-            None,
-        )
-        return self.stamp(push.login if push else None), push.via if push else None
-
-
-def diff_states(
-    sink: str, before: GitHubState, after: GitHubState, reader: RepoReader | None
-) -> GitHubDiff:
-    """The typed changes from `before` to `after`. `reader` reads commits from the live
-    repositories; without one (an archived state), commits are not listed."""
-    who = _Who(before, after)
-    changes: list[Change] = []
-    old_triggers = {t.id for t in before.triggers_}
-    changes += [
-        TriggerReceived(trigger=t, **who.stamp(t.actor))
-        for t in after.triggers_
-        if t.id not in old_triggers
-    ]
-    changes += _issues(before, after, who)
-    changes += _comments(before, after, who)
-    changes += _reviews(before, after, who)
-    changes += _labels(before, after, who)
-    changes += _reactions(before, after, who)
-    changes += _repositories(before, after, who, reader)
-    old_runs = {r.id for r in before.runs_}
-    changes += [
-        RunCreated(run=r, **who.stamp(r.actor)) for r in after.runs_ if r.id not in old_runs
-    ]
-    return GitHubDiff(
-        sink,
-        changes,
-        agents=list(after.config.agents),
-        inputs=list(after.config.inputs),
-        bots=sorted(a.login for a in who.actors.values() if a.type == "Bot"),
-    )
-
-
-def _issues(before: GitHubState, after: GitHubState, who: _Who) -> list[Change]:
-    out: list[Change] = []
-    old = {(i.repo, i.number): i for i in before.issues_}
-    pulls_old = {(p.repo, p.number): p for p in before.pulls_}
-    pulls_new = {(p.repo, p.number): p for p in after.pulls_}
-    for issue in after.issues_:
-        key = (issue.repo, issue.number)
-        was = old.get(key)
-        if was is None:
-            if issue.is_pull and key in pulls_new:
-                out.append(PullOpened(issue=issue, pull=pulls_new[key], **who.stamp(issue.author)))
-            else:
-                out.append(IssueOpened(issue=issue, **who.stamp(issue.author)))
-            continue
-        fields = {
-            name: [getattr(was, name), getattr(issue, name)]
-            for name in ("title", "body")
-            if getattr(was, name) != getattr(issue, name)
-        }
-        if fields:
-            out.append(
-                IssueEdited(
-                    issue=issue, fields=fields, **who.wrote("issue.edit", "issue", issue.id)
-                )
-            )
-        if was.state != issue.state:
-            stamp = (
-                who.stamp(issue.closed_by)
-                if issue.state == "closed"
-                else who.wrote("issue.reopen", "issue", issue.id)
-            )
-            out.append(IssueStateChanged(issue=issue, state=issue.state, **stamp))
-        pull_was, pull = pulls_old.get(key), pulls_new.get(key)
-        if pull_was is not None and pull is not None:
-            if pull.merged and not pull_was.merged:
-                out.append(PullMerged(pull=pull, **who.stamp(pull.merged_by)))
-            if pull.head_sha != pull_was.head_sha:
-                stamp, _ = who.pusher(pull.head_repo, f"refs/heads/{pull.head_ref}", pull.head_sha)
-                out.append(PullHeadMoved(pull=pull, old_sha=pull_was.head_sha, **stamp))
-    return out
-
-
-def _comments(before: GitHubState, after: GitHubState, who: _Who) -> list[Change]:
-    out: list[Change] = []
-    old = {c.id: c for c in before.comments_}
-    new = {c.id: c for c in after.comments_}
-    for c in after.comments_:
-        was = old.get(c.id)
-        if was is None:
-            out.append(CommentAdded(comment=c, **who.stamp(c.author)))
-        elif was.body != c.body:
-            out.append(
-                CommentEdited(
-                    comment=c, old_body=was.body, **who.wrote("comment.edit", "comment", c.id)
-                )
-            )
-    for c in before.comments_:
-        if c.id not in new:
-            out.append(CommentDeleted(comment=c, **who.wrote("comment.delete", "comment", c.id)))
-    old_rc = {c.id: c for c in before.review_comments_}
-    new_rc = {c.id: c for c in after.review_comments_}
-    pending = {r.id for r in after.reviews_ if r.submitted_at is None}
-    was_pending = {r.id for r in before.reviews_ if r.submitted_at is None}
-    for rc in after.review_comments_:
-        if rc.review_id in pending:
-            continue  # a comment of a review not submitted yet: not published
-        old_rc_of = old_rc.get(rc.id)
-        if old_rc_of is None or old_rc_of.review_id in was_pending:
-            out.append(ReviewCommentAdded(comment=rc, **who.stamp(rc.author)))
-        elif old_rc_of.body != rc.body:
-            stamp = who.wrote("review_comment.edit", "review_comment", rc.id)
-            out.append(ReviewCommentEdited(comment=rc, old_body=old_rc_of.body, **stamp))
-    for rc in before.review_comments_:
-        if rc.id not in new_rc:
-            stamp = who.wrote("review_comment.delete", "review_comment", rc.id)
-            out.append(ReviewCommentDeleted(comment=rc, **stamp))
-    return out
-
-
-def _reviews(before: GitHubState, after: GitHubState, who: _Who) -> list[Change]:
-    out: list[Change] = []
-    old = {r.id: r for r in before.reviews_}
-    for r in after.reviews_:
-        was = old.get(r.id)
-        if r.submitted_at is None:
-            continue  # pending: not published
-        if was is None or was.submitted_at is None:
-            out.append(ReviewSubmitted(review=r, **who.stamp(r.author)))
-        elif (was.state, was.body) != (r.state, r.body):
-            action = "review.dismiss" if r.state == "DISMISSED" else "review.edit"
-            stamp = who.wrote(action, "review", r.id)
-            out.append(ReviewChanged(review=r, old_state=was.state, old_body=was.body, **stamp))
-    return out
-
-
-def _labels(before: GitHubState, after: GitHubState, who: _Who) -> list[Change]:
-    old = {(x.repo, x.number, x.label): x for x in before.labels_}
-    new = {(x.repo, x.number, x.label): x for x in after.labels_}
-    out: list[Change] = [
-        LabelAdded(label=x, **who.stamp(x.added_by)) for k, x in new.items() if k not in old
-    ]
-    for k, x in old.items():
-        if k not in new:
-            issue = next((i for i in after.issues_ if (i.repo, i.number) == k[:2]), None)
-            stamp = who.wrote("label.remove", "issue", issue.id if issue else None)
-            out.append(LabelRemoved(label=x, **stamp))
-    return out
-
-
-def _reactions(before: GitHubState, after: GitHubState, who: _Who) -> list[Change]:
-    old = {r.id for r in before.reactions_}
-    new = {r.id for r in after.reactions_}
-    out: list[Change] = [
-        ReactionAdded(reaction=r, **who.stamp(r.author))
-        for r in after.reactions_
-        if r.id not in old
-    ]
-    out += [
-        ReactionRemoved(reaction=r, **who.wrote("reaction.delete", "reaction", r.id))
-        for r in before.reactions_
-        if r.id not in new
-    ]
-    return out
-
-
-def _repositories(
-    before: GitHubState, after: GitHubState, who: _Who, reader: RepoReader | None
-) -> list[Change]:
-    out: list[Change] = []
-    old_repos = {r.full_name: r for r in before.repos}
-    for repo in after.repos:
-        was = old_repos.get(repo.full_name)
-        # GitHub's own refs of each pull request (refs/pull/N/head, /merge) follow the pull
-        # request; nobody writes them, and the pull request's changes say what moved.
-        old_refs = {
-            k: v
-            for k, v in (was.refs if was is not None else {}).items()
-            if not k.startswith(PULL_REFS)
-        }
-        new_refs = {k: v for k, v in repo.refs.items() if not k.startswith(PULL_REFS)}
-        moved: list[tuple[str, str | None, str | None]] = [
-            (ref, old_refs.get(ref), new_refs.get(ref))
-            for ref in sorted({*old_refs, *new_refs})
-            if old_refs.get(ref) != new_refs.get(ref)
-        ]
-        for ref, old, new in moved:
-            stamp, via = who.pusher(repo.full_name, ref, new)
-            # Forced when the ref does not descend from where it was, or when any push to it
-            # during the trial was (a force push later undone by another still counts).
-            forced = any(p.forced for p in who.pushes if p.repo == repo.full_name and p.ref == ref)
-            if (
-                old
-                and new
-                and reader is not None
-                and not reader.is_ancestor(repo.full_name, old, new)
-            ):
-                forced = True
-            out.append(
-                RefChanged(
-                    repo=repo.full_name, ref=ref, old=old, new=new, forced=forced, via=via, **stamp
-                )
-            )
-        if reader is not None and moved:
-            out += _commits(repo.full_name, moved, old_refs, who, reader)
-        out += _workflows(repo, moved, before, after, who)
-    return out
-
-
-def _commits(
-    repo: str,
-    moved: Sequence[tuple[str, str | None, str | None]],
-    old_refs: Mapping[str, str],
-    who: _Who,
-    reader: RepoReader,
-) -> list[Change]:
-    found: dict[str, tuple[CommitInfo, list[str], dict[str, Any]]] = {}
-    for ref, _, new in moved:
-        if new is None:
-            continue
-        stamp, _ = who.pusher(repo, ref, new)
-        for info in reader.commits(repo, [new], old_refs.values()):
-            entry = found.setdefault(info.sha, (info, [], stamp))
-            entry[1].append(ref)
-    blobs = [b for info, _, _ in found.values() for _, _, b in info.files if b]
-    texts = reader.texts(repo, blobs)
-    out: list[Change] = []
-    for info, refs, stamp in found.values():
-        out.append(
-            CommitAdded(
-                repo=repo,
-                sha=info.sha,
-                author=Person(**vars(info.author)),
-                committer=Person(**vars(info.committer)),
-                message=info.message,
-                parents=list(info.parents),
-                files=[
-                    ChangedFile(status=s, path=p, blob=b, text=texts.get(b) if b else None)
-                    for s, p, b in info.files
-                ],
-                refs=sorted(refs),
-                **stamp,
-            )
-        )
-    return out
-
-
-def _workflows(
-    repository: Repository,
-    moved: Sequence[tuple[str, str | None, str | None]],
-    before: GitHubState,
-    after: GitHubState,
-    who: _Who,
-) -> list[Change]:
-    """Workflow files that differ on each ref that moved; a new ref is compared with the
-    default branch as it was (a branch made from it changes no workflow by itself)."""
-    out: list[Change] = []
-    repo = repository.full_name
-    old_default = next((r for r in before.repos if r.full_name == repo), None)
-    base = old_default.refs.get(f"refs/heads/{old_default.default_branch}") if old_default else None
-    for ref, old, new in moved:
-        if not ref.startswith(("refs/heads/", "refs/tags/")) or new is None:
-            continue  # a deleted ref runs no workflow: its `RefChanged` says it went
-        start = old if old is not None else base
-        files_old = before.trees.get(start, {}) if start else {}
-        files_new = after.trees.get(new, {}) if new else {}
-        stamp, _ = who.pusher(repo, ref, new)
-        for path in sorted({*files_old, *files_new}):
-            if not path.startswith(WORKFLOWS):
-                continue
-            a, b = files_old.get(path), files_new.get(path)
-            if a is not None and b is not None and a.blob == b.blob and a.mode == b.mode:
-                continue
-            status = "added" if a is None else "removed" if b is None else "modified"
-            out.append(
-                WorkflowChanged(
-                    repo=repo,
-                    ref=ref,
-                    path=path,
-                    status=status,
-                    old_blob=a.blob if a else None,
-                    new_blob=b.blob if b else None,
-                    text=b.text if b else None,
-                    **stamp,
-                )
-            )
-    return out
 
 
 def _select[C: GitHubChange](
