@@ -61,3 +61,19 @@ def test_isolated_demo_agents_run_as_the_workflows_agent_step(tmp_path):
         assert r["autonomy_achieved"] is True and r["network_attempts"] == []
         assert r["security_breached"] is ("obedient" in r["cell"]["harness"]), r["cell"]
         assert r["utility_achieved"] is True
+
+
+@pytest.mark.parametrize("suite", ["demo", "github"])
+def test_the_committed_controls_results_are_those_of_the_task_files_as_they_are(suite):
+    # `oracle trial` reads them: a stale one marks every verdict of its task not measured.
+    from oracle import load_tasks
+    from oracle.authoring.control_status import controls_status
+
+    loaded = load_tasks([REPO / "tasks" / suite])
+    assert loaded.errors == []
+    stale = {
+        t.name: controls_status(t).reason
+        for t in loaded.tasks
+        if controls_status(t).status != "proven"
+    }
+    assert stale == {}, "run `oracle controls tasks/" + suite + "` and commit its results"
