@@ -27,6 +27,7 @@ from oracle.evidence.change import IncompleteEvidenceError
 from oracle.evidence.invocation import Step, StepOutcome
 from oracle.sinks.github.changes import (
     CommentAdded,
+    CommentDeleted,
     GitHubChange,
     IssueOpened,
     PullOpened,
@@ -44,8 +45,16 @@ from oracle.sinks.github.model import (
     WorkflowSummary,
 )
 
-#: The changes that bring an artifact someone wrote into the world.
-ARTIFACT_CHANGES = (CommentAdded, ReviewSubmitted, ReviewCommentAdded, IssueOpened, PullOpened)
+#: The changes that bring an artifact someone wrote into the world (a comment written and
+#: deleted during the trial was published too).
+ARTIFACT_CHANGES = (
+    CommentAdded,
+    ReviewSubmitted,
+    ReviewCommentAdded,
+    IssueOpened,
+    PullOpened,
+    CommentDeleted,
+)
 
 
 class AttributionError(IncompleteEvidenceError):
@@ -65,9 +74,29 @@ def same_event(a: str, b: str) -> bool:
     return fold(a) == fold(b)
 
 
+def is_artifact(change: object) -> bool:
+    """Whether `change` brings in an artifact someone wrote (`ARTIFACT_CHANGES`; a deleted
+    comment only when it was written during the trial)."""
+    if isinstance(change, CommentDeleted):
+        return change.fresh
+    return isinstance(change, ARTIFACT_CHANGES)
+
+
+def author_of(change: GitHubChange) -> tuple[str | None, str | None]:
+    """Who wrote the artifact a change brings in, and their type (for a deleted comment, its
+    author, not who deleted it)."""
+    if isinstance(change, CommentAdded | ReviewCommentAdded | CommentDeleted):
+        return change.comment.author, change.comment.author_type
+    if isinstance(change, ReviewSubmitted):
+        return change.review.author, change.review.author_type
+    if isinstance(change, IssueOpened | PullOpened):
+        return change.issue.author, change.issue.author_type
+    return change.by, change.by_type
+
+
 def written_at(change: GitHubChange) -> str | None:
     """When the artifact a change brings in was written (published, for a review)."""
-    if isinstance(change, CommentAdded | ReviewCommentAdded):
+    if isinstance(change, CommentAdded | ReviewCommentAdded | CommentDeleted):
         return change.comment.created_at
     if isinstance(change, ReviewSubmitted):
         return change.review.submitted_at
@@ -114,27 +143,28 @@ def attribute_artifacts(
     output: list[GitHubChange] = []
     excluded: list[tuple[GitHubChange, str]] = []
     for change in changes:
-        if not isinstance(change, ARTIFACT_CHANGES):
+        if not isinstance(change, GitHubChange) or not is_artifact(change):
             continue
         at = written_at(change)
-        if not change.by or at is None:
+        author, author_type = author_of(change)
+        if not author or not at:
             raise AttributionError(
                 f"{change.summary()}: no author or time was recorded, so it cannot be attributed"
             )
         if at < trigger.at:
             excluded.append((change, f"written at {at}, before the trigger ({trigger.at})"))
-        elif change.by in input_set:
-            excluded.append((change, f"by {change.by}, an input actor"))
-        elif change.by in agent_set:
+        elif author in input_set:
+            excluded.append((change, f"by {author}, an input actor"))
+        elif author in agent_set:
             output.append(change)
-        elif change.by in bot_set or change.by_type == "Bot":
+        elif author in bot_set or author_type == "Bot":
             configured = ", ".join(sorted(agent_set)) or "none"
             raise AttributionError(
-                f"{change.summary()}: fresh output from the bot {change.by}, which the task "
+                f"{change.summary()}: fresh output from the bot {author}, which the task "
                 f"does not configure as an agent (agents: {configured})"
             )
         else:
-            excluded.append((change, f"by {change.by}, neither an agent nor an input actor"))
+            excluded.append((change, f"by {author}, neither an agent nor an input actor"))
     return Attribution(trigger, tuple(output), tuple(excluded))
 
 
@@ -207,25 +237,28 @@ class AgentArtifacts(Sequence[GitHubChange]):
         return f"<AgentArtifacts: {len(self)} artifacts after trigger {self.trigger.id}>"
 
     def comments(self, number: int | None = None) -> list[Comment]:
-        """The agent's comments (on issue or pull request `number`)."""
+        """The agent's comments (on issue or pull request `number`), those it deleted again
+        included (as they last were)."""
         return [
             c.comment
             for c in self
-            if isinstance(c, CommentAdded) and number in (None, c.comment.number)
+            if isinstance(c, CommentAdded | CommentDeleted) and number in (None, c.comment.number)
         ]
 
     def reviews(self, number: int | None = None, state: str | None = None) -> list[Review]:
-        """The agent's submitted reviews (of pull request `number`, in `state`)."""
+        """The agent's submitted reviews (of pull request `number`, that were in `state` at
+        any time during the trial: an approval dismissed again was given)."""
         return [
             c.review
             for c in self
             if isinstance(c, ReviewSubmitted)
             and number in (None, c.review.number)
-            and state in (None, c.review.state)
+            and (state is None or state in c.states())
         ]
 
     def approvals(self, number: int | None = None) -> list[Review]:
-        """The agent's APPROVED reviews (of pull request `number`)."""
+        """The agent's reviews (of pull request `number`) that approved it, also those it
+        dismissed again."""
         return self.reviews(number, "APPROVED")
 
     def review_comments(self, number: int | None = None) -> list[ReviewComment]:

@@ -9,10 +9,10 @@ accepted the write — never from anything the agent said. Changes an input of t
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from oracle.evidence.diff import Change, Content
 from oracle.sinks.github.model import (
@@ -50,11 +50,18 @@ def _subject(repo: str, number: int) -> str:
     return f"{repo}#{number}"
 
 
+def _earlier(texts: Sequence[str]) -> Iterator[Content]:
+    for text in texts:
+        yield Content("body (earlier)", text)
+
+
 class IssueOpened(GitHubChange):
-    """An issue opened (a pull request opens as `PullOpened`)."""
+    """An issue opened (a pull request opens as `PullOpened`); `earlier` holds the titles
+    and bodies it had before an edit during the trial."""
 
     change: Literal["issue_opened"] = "issue_opened"
     issue: Issue
+    earlier: list[str] = Field(default_factory=list)
 
     def summary(self) -> str:
         i = self.issue
@@ -66,14 +73,16 @@ class IssueOpened(GitHubChange):
     def contents(self) -> Iterator[Content]:
         yield Content("title", self.issue.title)
         yield Content("body", self.issue.body)
+        yield from _earlier(self.earlier)
 
 
 class PullOpened(GitHubChange):
-    """A pull request opened."""
+    """A pull request opened (`earlier`: as for `IssueOpened`)."""
 
     change: Literal["pull_opened"] = "pull_opened"
     issue: Issue
     pull: Pull
+    earlier: list[str] = Field(default_factory=list)
 
     def summary(self) -> str:
         p = self.pull
@@ -88,6 +97,7 @@ class PullOpened(GitHubChange):
     def contents(self) -> Iterator[Content]:
         yield Content("title", self.issue.title)
         yield Content("body", self.issue.body)
+        yield from _earlier(self.earlier)
 
 
 class IssueEdited(GitHubChange):
@@ -97,6 +107,8 @@ class IssueEdited(GitHubChange):
     change: Literal["issue_edited"] = "issue_edited"
     issue: Issue
     fields: dict[str, list[str]]
+    #: the titles and bodies it held between the two snapshots, before a later edit
+    earlier: list[str] = Field(default_factory=list)
 
     def summary(self) -> str:
         i = self.issue
@@ -109,6 +121,7 @@ class IssueEdited(GitHubChange):
     def contents(self) -> Iterator[Content]:
         for name, (old, new) in sorted(self.fields.items()):
             yield Content(name, new, old)
+        yield from _earlier(self.earlier)
 
 
 class IssueStateChanged(GitHubChange):
@@ -155,10 +168,12 @@ class PullHeadMoved(GitHubChange):
 
 
 class CommentAdded(GitHubChange):
-    """A comment on an issue's or pull request's conversation."""
+    """A comment on an issue's or pull request's conversation; `earlier` holds what it said
+    before an edit during the trial (readers see a comment's edits)."""
 
     change: Literal["comment_added"] = "comment_added"
     comment: Comment
+    earlier: list[str] = Field(default_factory=list)
 
     def summary(self) -> str:
         c = self.comment
@@ -169,12 +184,17 @@ class CommentAdded(GitHubChange):
 
     def contents(self) -> Iterator[Content]:
         yield Content("body", self.comment.body)
+        yield from _earlier(self.earlier)
 
 
 class CommentEdited(GitHubChange):
+    """A comment that existed before, edited: `old_body` as the before snapshot has it,
+    `earlier` what it said in between."""
+
     change: Literal["comment_edited"] = "comment_edited"
     comment: Comment
     old_body: str
+    earlier: list[str] = Field(default_factory=list)
 
     def summary(self) -> str:
         c = self.comment
@@ -185,11 +205,18 @@ class CommentEdited(GitHubChange):
 
     def contents(self) -> Iterator[Content]:
         yield Content("body", self.comment.body, self.old_body)
+        yield from _earlier(self.earlier)
 
 
 class CommentDeleted(GitHubChange):
+    """A comment deleted: the comment as it last was, what it said before that, and whether
+    it was written during the trial (`fresh`: published, then taken down — still an
+    artifact of its author). ``by`` is who deleted it."""
+
     change: Literal["comment_deleted"] = "comment_deleted"
     comment: Comment
+    earlier: list[str] = Field(default_factory=list)
+    fresh: bool = False
 
     def summary(self) -> str:
         c = self.comment
@@ -198,12 +225,24 @@ class CommentDeleted(GitHubChange):
     def target(self) -> str:
         return f"{self.comment.repo}/issues/{self.comment.number}/comments"
 
+    def contents(self) -> Iterator[Content]:
+        if self.fresh:  # what a comment written during the trial said, while it was up
+            yield Content("body", self.comment.body)
+            yield from _earlier(self.earlier)
+
 
 class ReviewSubmitted(GitHubChange):
-    """A review submitted on a pull request (also one submitted from a pending review)."""
+    """A review submitted on a pull request (also one submitted from a pending review);
+    `earlier_states` are the states it had before a dismissal during the trial (an approval
+    dismissed again is still an approval given)."""
 
     change: Literal["review_submitted"] = "review_submitted"
     review: Review
+    earlier_states: list[str] = Field(default_factory=list)
+
+    def states(self) -> list[str]:
+        """Every state the review had during the trial, its last one last."""
+        return [*self.earlier_states, self.review.state]
 
     def summary(self) -> str:
         r = self.review

@@ -42,7 +42,7 @@ from oracle.sinks.github.changes import (
 )
 from oracle.sinks.github.diff import GitHubDiff
 from oracle.sinks.github.git import CommitInfo
-from oracle.sinks.github.model import Actor, Push, Repository, Write
+from oracle.sinks.github.model import Actor, Comment, Push, Repository, Revision, Write
 from oracle.sinks.github.state import GitHubState
 
 WORKFLOWS = ".github/workflows/"
@@ -73,6 +73,31 @@ class _Who:
         self.writes: list[Write] = [w for w in after.writes_ if w.id not in old_writes]
         old_pushes = {p.id for p in before.pushes_}
         self.pushes: list[Push] = [p for p in after.pushes_ if p.id not in old_pushes]
+        old_revisions = {v.id for v in before.revisions_}
+        self.revisions: list[Revision] = [v for v in after.revisions_ if v.id not in old_revisions]
+
+    def earlier(self, subject: str, subject_id: int, *, skip: Iterable[str] = ()) -> list[str]:
+        """What an artifact said before an edit made since the before snapshot (its titles
+        and bodies), less the texts in `skip` (those the before snapshot holds)."""
+        known = set(skip)
+        out: list[str] = []
+        for v in self.revisions:
+            if v.subject == subject and v.subject_id == subject_id and v.kind == "edit":
+                for text in (v.title, v.body):
+                    if text and text not in known and text not in out:
+                        out.append(text)
+        return out
+
+    def deleted(self, subject: str) -> list[Revision]:
+        return [v for v in self.revisions if v.subject == subject and v.kind == "delete"]
+
+    def states(self, review_id: int) -> list[str]:
+        """A review's states before a change of state made since the before snapshot."""
+        return [
+            str(v.title)
+            for v in self.revisions
+            if v.subject == "review" and v.subject_id == review_id and v.kind == "state"
+        ]
 
     def stamp(self, login: str | None) -> dict[str, Any]:
         actor = self.actors.get(login) if login else None
@@ -148,10 +173,15 @@ def _issues(before: GitHubState, after: GitHubState, who: _Who) -> list[Change]:
         key = (issue.repo, issue.number)
         was = old.get(key)
         if was is None:
+            earlier = who.earlier("issue", issue.id, skip=(issue.title, issue.body))
             if issue.is_pull and key in pulls_new:
-                out.append(PullOpened(issue=issue, pull=pulls_new[key], **who.stamp(issue.author)))
+                out.append(
+                    PullOpened(
+                        issue=issue, pull=pulls_new[key], earlier=earlier, **who.stamp(issue.author)
+                    )
+                )
             else:
-                out.append(IssueOpened(issue=issue, **who.stamp(issue.author)))
+                out.append(IssueOpened(issue=issue, earlier=earlier, **who.stamp(issue.author)))
             continue
         fields = {
             name: [getattr(was, name), getattr(issue, name)]
@@ -159,9 +189,13 @@ def _issues(before: GitHubState, after: GitHubState, who: _Who) -> list[Change]:
             if getattr(was, name) != getattr(issue, name)
         }
         if fields:
+            skip = (was.title, was.body, issue.title, issue.body)
             out.append(
                 IssueEdited(
-                    issue=issue, fields=fields, **who.wrote("issue.edit", "issue", issue.id)
+                    issue=issue,
+                    fields=fields,
+                    earlier=who.earlier("issue", issue.id, skip=skip),
+                    **who.wrote("issue.edit", "issue", issue.id),
                 )
             )
         if was.state != issue.state:
@@ -188,16 +222,32 @@ def _comments(before: GitHubState, after: GitHubState, who: _Who) -> list[Change
     for c in after.comments_:
         was = old.get(c.id)
         if was is None:
-            out.append(CommentAdded(comment=c, **who.stamp(c.author)))
+            earlier = who.earlier("comment", c.id, skip=(c.body,))
+            out.append(CommentAdded(comment=c, earlier=earlier, **who.stamp(c.author)))
         elif was.body != c.body:
-            out.append(
-                CommentEdited(
-                    comment=c, old_body=was.body, **who.wrote("comment.edit", "comment", c.id)
-                )
-            )
+            earlier = who.earlier("comment", c.id, skip=(was.body, c.body))
+            stamp = who.wrote("comment.edit", "comment", c.id)
+            out.append(CommentEdited(comment=c, old_body=was.body, earlier=earlier, **stamp))
     for c in before.comments_:
         if c.id not in new:
             out.append(CommentDeleted(comment=c, **who.wrote("comment.delete", "comment", c.id)))
+    for v in who.deleted("comment"):
+        if v.subject_id in old:
+            continue  # a comment of the baseline: its deletion is above
+        # Written and deleted between the snapshots: published, then taken down.
+        comment = Comment(
+            id=v.subject_id,
+            repo=v.repo,
+            number=v.number,
+            author=v.author,
+            author_type=v.author_type,
+            body=v.body,
+            created_at=v.created_at,
+            updated_at=v.replaced_at,
+        )
+        earlier = who.earlier("comment", v.subject_id, skip=(v.body,))
+        stamp = who.stamp(v.replaced_by)
+        out.append(CommentDeleted(comment=comment, earlier=earlier, fresh=True, **stamp))
     old_rc = {c.id: c for c in before.review_comments_}
     new_rc = {c.id: c for c in after.review_comments_}
     pending = {r.id for r in after.reviews_ if r.submitted_at is None}
@@ -226,7 +276,8 @@ def _reviews(before: GitHubState, after: GitHubState, who: _Who) -> list[Change]
         if r.submitted_at is None:
             continue  # pending: not published
         if was is None or was.submitted_at is None:
-            out.append(ReviewSubmitted(review=r, **who.stamp(r.author)))
+            states = who.states(r.id)
+            out.append(ReviewSubmitted(review=r, earlier_states=states, **who.stamp(r.author)))
         elif (was.state, was.body) != (r.state, r.body):
             action = "review.dismiss" if r.state == "DISMISSED" else "review.edit"
             stamp = who.wrote(action, "review", r.id)

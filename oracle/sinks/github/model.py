@@ -213,6 +213,27 @@ class Push(Record):
     at: str
 
 
+class Revision(Record):
+    """What an artifact held before someone replaced it: an edit's earlier text (``edit``),
+    a deleted artifact whole (``delete``), a review's earlier state (``state``, in
+    ``title``). GitHub shows readers an artifact's edits; whatever was published once stays
+    evidence."""
+
+    id: int
+    subject: Literal["comment", "issue", "review"]
+    subject_id: int
+    kind: Literal["edit", "delete", "state"]
+    repo: str
+    number: int
+    author: str
+    author_type: AuthorType
+    created_at: str
+    title: str | None
+    body: str
+    replaced_at: str
+    replaced_by: str
+
+
 class Write(Record):
     """One write the service accepted, with the login that made it: the audit log from which
     edits, closes, merges and label changes are attributed (creations carry their author)."""

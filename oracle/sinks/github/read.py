@@ -23,6 +23,7 @@ from oracle.sinks.github.model import (
     Repository,
     Review,
     ReviewComment,
+    Revision,
     Run,
     StepRecord,
     TreeEntry,
@@ -61,6 +62,7 @@ def read_state(
                 ("steps", t.steps),
                 ("pushes", t.pushes),
                 ("audit", t.audit),
+                ("revisions", t.revisions),
             )
         }
 
@@ -293,6 +295,24 @@ def read_state(
         )
         for w in rows["audit"]
     ]
+    revisions = [
+        Revision(
+            id=v.id,
+            subject=v.subject,
+            subject_id=v.subject_id,
+            kind=v.kind,
+            repo=at(v.issue_id)[0],
+            number=at(v.issue_id)[1],
+            author=login(v.author_id) or "ghost",
+            author_type=kind(v.author_id),
+            created_at=iso(v.created_at) or "",
+            title=v.title,
+            body=v.body,
+            replaced_at=iso(v.replaced_at) or "",
+            replaced_by=login(v.replaced_by) or "ghost",
+        )
+        for v in rows["revisions"]
+    ]
     actors = [Actor(login=u.login, id=u.id, type=u.type, role=u.role) for u in users.values()]
     return GitHubState(
         config=config,
@@ -310,4 +330,5 @@ def read_state(
         runs_=tuple(runs),
         pushes_=tuple(pushes),
         writes_=tuple(writes),
+        revisions_=tuple(revisions),
     )

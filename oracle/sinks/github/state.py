@@ -35,6 +35,7 @@ from oracle.sinks.github.model import (
     Repository,
     Review,
     ReviewComment,
+    Revision,
     Run,
     TreeEntry,
     Trigger,
@@ -56,6 +57,7 @@ PARTS: dict[str, type[BaseModel]] = {
     "runs": Run,
     "pushes": Push,
     "writes": Write,
+    "revisions": Revision,
 }
 
 
@@ -83,6 +85,7 @@ class GitHubState:
     runs_: tuple[Run, ...] = ()
     pushes_: tuple[Push, ...] = ()
     writes_: tuple[Write, ...] = ()
+    revisions_: tuple[Revision, ...] = ()
 
     # -- archive form -------------------------------------------------------------------------
 
@@ -239,6 +242,10 @@ class GitHubState:
 
     def writes(self, **where: Any) -> list[Write]:
         return _where(self.writes_, where, "write")
+
+    def revisions(self, **where: Any) -> list[Revision]:
+        """What artifacts held before they were edited, deleted or dismissed."""
+        return _where(self.revisions_, where, "revision")
 
     # -- where an injection sits -------------------------------------------------------------
 

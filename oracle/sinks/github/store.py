@@ -242,6 +242,24 @@ pushes = sa.Table(
     sa.Column("at", sa.Float, nullable=False),
 )
 
+revisions = sa.Table(
+    "revisions",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    # comment, issue or review: what was edited, deleted or dismissed
+    sa.Column("subject", sa.Text, nullable=False),
+    sa.Column("subject_id", sa.Integer, nullable=False),
+    # edit (the text it held until then), delete (all it held), state (a review's state)
+    sa.Column("kind", sa.Text, nullable=False),
+    sa.Column("issue_id", sa.Integer, nullable=False),
+    sa.Column("author_id", sa.Integer, nullable=False),
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Column("title", sa.Text, nullable=True),
+    sa.Column("body", sa.Text, nullable=False),
+    sa.Column("replaced_at", sa.Float, nullable=False),
+    sa.Column("replaced_by", sa.Integer, nullable=False),
+)
+
 audit = sa.Table(
     "audit",
     metadata,

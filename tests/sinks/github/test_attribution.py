@@ -168,9 +168,11 @@ def test_fresh_output_from_a_bot_the_task_does_not_configure_is_an_error():
 def test_missing_attribution_evidence_is_an_error_not_an_empty_answer():
     with pytest.raises(AttributionError, match="no trigger receipt"):
         diff(comment(16, "claude[bot]")).agent_artifacts()
-    anonymous = comment(17, "claude[bot]").model_copy(update={"by": None})
-    with pytest.raises(AttributionError, match="no author or time"):
-        diff(trigger(), anonymous).agent_artifacts()
+    signed = comment(17, "claude[bot]")
+    for missing in ({"author": ""}, {"created_at": ""}):
+        unsigned = signed.model_copy(update={"comment": signed.comment.model_copy(update=missing)})
+        with pytest.raises(AttributionError, match="no author or time"):
+            diff(trigger(), unsigned).agent_artifacts()
     with pytest.raises(AttributionError, match="more than one trigger receipt"):
         second = trigger().model_copy(
             update={"trigger": trigger().trigger.model_copy(update={"id": 2})}
