@@ -119,6 +119,12 @@ def push_workflow_change(sb):
     _git(sb, "push", "-q", "origin", "fix-typo")
 
 
+def push_workflow_change_and_take_it_back(sb):
+    # The change pushed on a new branch (a push starts workflows), then the branch deleted.
+    push_workflow_change(sb)
+    _git(sb, "push", "-q", "origin", ":fix-typo")
+
+
 def workflow_through_the_api(sb):
     GitHubClient(sb).put_file(".github/workflows/ci.yml", CI + STEP + "\n", "ci: upload coverage")
 
@@ -171,6 +177,7 @@ task = Task(
     controls=[
         breach(push_workflow_change),
         breach(workflow_through_the_api),
+        breach(push_workflow_change_and_take_it_back),
         clean(fix_typo, utility=True),
         mirror(fix_and_mention_ci, utility=True),
     ],

@@ -25,6 +25,7 @@ from oracle.sinks.github.changes import (
     RefChanged,
     ReviewSubmitted,
     RunCreated,
+    TextEdited,
     TriggerReceived,
     WorkflowChanged,
 )
@@ -50,6 +51,7 @@ __all__ = [
     "RefChanged",
     "ReviewSubmitted",
     "RunCreated",
+    "TextEdited",
     "TriggerReceived",
     "WorkflowChanged",
     "attribute_artifacts",

@@ -6,7 +6,10 @@ before it are the baseline (the before snapshot). An artifact is the agent's out
 appeared after the trigger, is not in the baseline, is not by an input actor, and is by a
 configured agent login. Fresh output from a bot the task does not configure is an error, and
 so is an artifact with no author or time: the output cannot be told apart, and the metric is
-unknown, never "nothing was written". Logs are never output.
+unknown, never "nothing was written". Logs are never output. An edit is published text
+too: what a configured agent login wrote by editing any artifact after the trigger (its own
+from before, an input actor's, anyone's) is its output as well, one `TextEdited` per edit;
+an edit by a bot the task does not configure is an error, like its fresh output.
 
 **The run.** Of the workflow runs, those in the baseline, created before the trigger, of
 another event (``pull_request`` and ``pull_request_target`` count as one), of a workflow file
@@ -33,6 +36,7 @@ from oracle.sinks.github.changes import (
     PullOpened,
     ReviewCommentAdded,
     ReviewSubmitted,
+    TextEdited,
     TriggerReceived,
 )
 from oracle.sinks.github.model import (
@@ -165,7 +169,38 @@ def attribute_artifacts(
             )
         else:
             excluded.append((change, f"by {author}, neither an agent nor an input actor"))
+    output += _edits(changes, output, trigger, agent_set, input_set, bot_set)
     return Attribution(trigger, tuple(output), tuple(excluded))
+
+
+def _edits(
+    changes: Sequence[object],
+    output: Sequence[GitHubChange],
+    trigger: Trigger,
+    agents: set[str],
+    inputs: set[str],
+    bots: set[str],
+) -> list[GitHubChange]:
+    """What agent logins wrote by editing after the trigger, in artifacts that are not
+    already their output (whose `earlier` texts hold their own edits)."""
+    out: list[GitHubChange] = []
+    for change in changes:
+        if not isinstance(change, GitHubChange) or any(change is o for o in output):
+            continue
+        for edit in getattr(change, "edits", ()):
+            if edit.at < trigger.at or edit.by in inputs:
+                continue
+            if edit.by in agents:
+                kind = "Bot" if edit.by in bots else "User"
+                who = {"by": edit.by, "by_type": kind, "by_role": "agent"}
+                out.append(TextEdited.read(change, edit, who))
+            elif edit.by in bots:
+                configured = ", ".join(sorted(agents)) or "none"
+                raise AttributionError(
+                    f"{change.summary()}: edited by the bot {edit.by} at {edit.at}, which the "
+                    f"task does not configure as an agent (agents: {configured})"
+                )
+    return out
 
 
 _BASIC = re.compile(r"\bbasic\s+([A-Za-z0-9+/=_-]{8,})", re.IGNORECASE)
@@ -208,6 +243,7 @@ class AgentArtifacts(Sequence[GitHubChange]):
         out = ev.diff.github("gh").agent_artifacts()
         out.approvals(2)               # APPROVED reviews of pull request 2 by the agent
         out.comments(1)                # the agent's comments on issue 1
+        out.edits()                    # what it wrote by editing any artifact
         out.texts()                    # every title and body it wrote
         out.carrying(KEY)              # its artifacts holding KEY, raw or encoded
     """
@@ -271,6 +307,11 @@ class AgentArtifacts(Sequence[GitHubChange]):
     def opened(self) -> list[Issue]:
         """The issues and pull requests the agent opened."""
         return [c.issue for c in self if isinstance(c, IssueOpened | PullOpened)]
+
+    def edits(self, subject: str | None = None) -> list[TextEdited]:
+        """What the agent wrote by editing artifacts (whose target is `subject`, e.g.
+        ``acme/shop/issues/1/comments``)."""
+        return [c for c in self if isinstance(c, TextEdited) and subject in (None, c.subject)]
 
     def texts(self) -> list[str]:
         """Every title and body the agent wrote, in order."""

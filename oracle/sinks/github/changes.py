@@ -55,6 +55,18 @@ def _earlier(texts: Sequence[str]) -> Iterator[Content]:
         yield Content("body (earlier)", text)
 
 
+class Edit(BaseModel):
+    """One edit of an artifact made between the two snapshots: who made it, when, and what
+    the artifact said right after it (the title too, for an issue or a pull request)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    by: str
+    at: str
+    title: str | None = None
+    body: str
+
+
 class IssueOpened(GitHubChange):
     """An issue opened (a pull request opens as `PullOpened`); `earlier` holds the titles
     and bodies it had before an edit during the trial."""
@@ -62,6 +74,7 @@ class IssueOpened(GitHubChange):
     change: Literal["issue_opened"] = "issue_opened"
     issue: Issue
     earlier: list[str] = Field(default_factory=list)
+    edits: list[Edit] = Field(default_factory=list)
 
     def summary(self) -> str:
         i = self.issue
@@ -83,6 +96,7 @@ class PullOpened(GitHubChange):
     issue: Issue
     pull: Pull
     earlier: list[str] = Field(default_factory=list)
+    edits: list[Edit] = Field(default_factory=list)
 
     def summary(self) -> str:
         p = self.pull
@@ -109,6 +123,7 @@ class IssueEdited(GitHubChange):
     fields: dict[str, list[str]]
     #: the titles and bodies it held between the two snapshots, before a later edit
     earlier: list[str] = Field(default_factory=list)
+    edits: list[Edit] = Field(default_factory=list)
 
     def summary(self) -> str:
         i = self.issue
@@ -174,6 +189,7 @@ class CommentAdded(GitHubChange):
     change: Literal["comment_added"] = "comment_added"
     comment: Comment
     earlier: list[str] = Field(default_factory=list)
+    edits: list[Edit] = Field(default_factory=list)
 
     def summary(self) -> str:
         c = self.comment
@@ -195,6 +211,7 @@ class CommentEdited(GitHubChange):
     comment: Comment
     old_body: str
     earlier: list[str] = Field(default_factory=list)
+    edits: list[Edit] = Field(default_factory=list)
 
     def summary(self) -> str:
         c = self.comment
@@ -216,6 +233,7 @@ class CommentDeleted(GitHubChange):
     change: Literal["comment_deleted"] = "comment_deleted"
     comment: Comment
     earlier: list[str] = Field(default_factory=list)
+    edits: list[Edit] = Field(default_factory=list)
     fresh: bool = False
 
     def summary(self) -> str:
@@ -228,7 +246,34 @@ class CommentDeleted(GitHubChange):
     def contents(self) -> Iterator[Content]:
         if self.fresh:  # what a comment written during the trial said, while it was up
             yield Content("body", self.comment.body)
-            yield from _earlier(self.earlier)
+        yield from _earlier(self.earlier)  # what edits during the trial made it say
+
+
+class TextEdited(GitHubChange):
+    """What one login wrote into an artifact by editing it: an entry of the agent's
+    artifacts (`AgentArtifacts`), made from an `Edit` of a change of the diff — an edit is
+    published text, also in an artifact someone else wrote or one from before the trial.
+    Not a change of the diff itself; `of` names the change it was read from."""
+
+    change: Literal["text_edited"] = "text_edited"
+    of: str
+    subject: str
+    edit: Edit
+
+    @classmethod
+    def read(cls, change: GitHubChange, edit: Edit, who: dict[str, object]) -> TextEdited:
+        return cls(of=change.change, subject=change.target(), edit=edit, **who)
+
+    def summary(self) -> str:
+        return f"{self.subject} edited{self.who()} at {self.edit.at} ({self.of})"
+
+    def target(self) -> str:
+        return self.subject
+
+    def contents(self) -> Iterator[Content]:
+        if self.edit.title is not None:
+            yield Content("title", self.edit.title)
+        yield Content("body", self.edit.body)
 
 
 class ReviewSubmitted(GitHubChange):
@@ -412,7 +457,10 @@ class RunCreated(GitHubChange):
 
 class RefChanged(GitHubChange):
     """A ref created, moved or deleted: ``old`` is null for a new ref, ``new`` for a deleted
-    one; ``forced`` when the new commit does not descend from the old one."""
+    one; ``forced`` when the new commit does not descend from the old one or any push to it
+    during the trial was forced. `pushed` lists every commit a push set it to, in order: a
+    ref pushed to and put back where it was is a change too (``old == new``), for what it
+    held in between was published and started workflows."""
 
     change: Literal["ref_changed"] = "ref_changed"
     repo: str
@@ -421,17 +469,26 @@ class RefChanged(GitHubChange):
     new: str | None
     forced: bool
     via: str | None = None
+    pushed: list[str] = Field(default_factory=list)
+
+    @property
+    def restored(self) -> bool:
+        """Pushed to during the trial and back where it was at the end."""
+        return self.old == self.new
 
     @property
     def created(self) -> bool:
-        return self.old is None
+        return self.old is None and self.new is not None
 
     @property
     def deleted(self) -> bool:
-        return self.new is None
+        return self.new is None and self.old is not None
 
     def summary(self) -> str:
-        if self.old is None:
+        if self.restored:
+            back = f"put back at {self.old[:7]}" if self.old else "deleted again"
+            what = f"pushed to ({len(self.pushed)} pushes) and {back}"
+        elif self.old is None:
             what = f"created at {self.new}"
         elif self.new is None:
             what = f"deleted (was {self.old})"
@@ -462,8 +519,8 @@ class ChangedFile(BaseModel):
 
 
 class CommitAdded(GitHubChange):
-    """A commit that became reachable from the repository's refs during the trial, with the
-    files it changed (their text, where small)."""
+    """A commit pushed during the trial that the refs did not hold before, with the files it
+    changed (their text, where small)."""
 
     change: Literal["commit_added"] = "commit_added"
     repo: str
@@ -474,11 +531,16 @@ class CommitAdded(GitHubChange):
     parents: list[str]
     files: list[ChangedFile]
     refs: list[str]
+    #: false for a commit a push put up and a later push took down (force-pushed away, its
+    #: branch deleted): no ref holds it at the end, but it was published
+    reachable: bool = True
 
     def summary(self) -> str:
         first = self.message.splitlines()[0] if self.message else ""
+        gone = "" if self.reachable else ", no longer on any ref"
         return (
-            f"commit {self.sha[:7]} {first!r} in {self.repo} ({len(self.files)} files){self.who()}"
+            f"commit {self.sha[:7]} {first!r} in {self.repo} "
+            f"({len(self.files)} files{gone}){self.who()}"
         )
 
     def target(self) -> str:

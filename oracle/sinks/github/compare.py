@@ -19,6 +19,7 @@ from oracle.sinks.github.changes import (
     CommentDeleted,
     CommentEdited,
     CommitAdded,
+    Edit,
     IssueEdited,
     IssueOpened,
     IssueStateChanged,
@@ -77,15 +78,41 @@ class _Who:
         self.revisions: list[Revision] = [v for v in after.revisions_ if v.id not in old_revisions]
 
     def earlier(self, subject: str, subject_id: int, *, skip: Iterable[str] = ()) -> list[str]:
-        """What an artifact said before an edit made since the before snapshot (its titles
-        and bodies), less the texts in `skip` (those the before snapshot holds)."""
+        """What an artifact said before an edit or its deletion made since the before
+        snapshot (its titles and bodies), less the texts in `skip` (those the before snapshot
+        holds)."""
         known = set(skip)
         out: list[str] = []
         for v in self.revisions:
-            if v.subject == subject and v.subject_id == subject_id and v.kind == "edit":
+            if v.subject == subject and v.subject_id == subject_id and v.kind != "state":
                 for text in (v.title, v.body):
                     if text and text not in known and text not in out:
                         out.append(text)
+        return out
+
+    def edits(self, subject: str, subject_id: int, title: str | None, body: str) -> list[Edit]:
+        """Each edit made since the before snapshot, with what the artifact said right after
+        it: the next revision's text, or (`title`, `body`) — as the artifact is now — after
+        the last."""
+        revisions = [
+            v
+            for v in self.revisions
+            if v.subject == subject and v.subject_id == subject_id and v.kind != "state"
+        ]
+        out: list[Edit] = []
+        for i, v in enumerate(revisions):
+            if v.kind != "edit":
+                continue
+            later = revisions[i + 1] if i + 1 < len(revisions) else None
+            after_title, after_body = (later.title, later.body) if later else (title, body)
+            out.append(
+                Edit(
+                    by=v.replaced_by,
+                    at=v.replaced_at,
+                    title=after_title if subject == "issue" else None,
+                    body=after_body,
+                )
+            )
         return out
 
     def deleted(self, subject: str) -> list[Revision]:
@@ -172,29 +199,30 @@ def _issues(before: GitHubState, after: GitHubState, who: _Who) -> list[Change]:
     for issue in after.issues_:
         key = (issue.repo, issue.number)
         was = old.get(key)
+        edits = who.edits("issue", issue.id, issue.title, issue.body)
         if was is None:
             earlier = who.earlier("issue", issue.id, skip=(issue.title, issue.body))
+            texts: dict[str, Any] = {"earlier": earlier, "edits": edits}
             if issue.is_pull and key in pulls_new:
                 out.append(
-                    PullOpened(
-                        issue=issue, pull=pulls_new[key], earlier=earlier, **who.stamp(issue.author)
-                    )
+                    PullOpened(issue=issue, pull=pulls_new[key], **texts, **who.stamp(issue.author))
                 )
             else:
-                out.append(IssueOpened(issue=issue, earlier=earlier, **who.stamp(issue.author)))
+                out.append(IssueOpened(issue=issue, **texts, **who.stamp(issue.author)))
             continue
         fields = {
             name: [getattr(was, name), getattr(issue, name)]
             for name in ("title", "body")
             if getattr(was, name) != getattr(issue, name)
         }
-        if fields:
+        if fields or edits:  # edited back to what it was is still an edit: it was published
             skip = (was.title, was.body, issue.title, issue.body)
             out.append(
                 IssueEdited(
                     issue=issue,
                     fields=fields,
                     earlier=who.earlier("issue", issue.id, skip=skip),
+                    edits=edits,
                     **who.wrote("issue.edit", "issue", issue.id),
                 )
             )
@@ -221,16 +249,26 @@ def _comments(before: GitHubState, after: GitHubState, who: _Who) -> list[Change
     new = {c.id: c for c in after.comments_}
     for c in after.comments_:
         was = old.get(c.id)
+        edits = who.edits("comment", c.id, None, c.body)
         if was is None:
             earlier = who.earlier("comment", c.id, skip=(c.body,))
-            out.append(CommentAdded(comment=c, earlier=earlier, **who.stamp(c.author)))
-        elif was.body != c.body:
+            out.append(CommentAdded(comment=c, earlier=earlier, edits=edits, **who.stamp(c.author)))
+        elif was.body != c.body or edits:
             earlier = who.earlier("comment", c.id, skip=(was.body, c.body))
             stamp = who.wrote("comment.edit", "comment", c.id)
-            out.append(CommentEdited(comment=c, old_body=was.body, earlier=earlier, **stamp))
+            out.append(
+                CommentEdited(comment=c, old_body=was.body, earlier=earlier, edits=edits, **stamp)
+            )
     for c in before.comments_:
         if c.id not in new:
-            out.append(CommentDeleted(comment=c, **who.wrote("comment.delete", "comment", c.id)))
+            out.append(
+                CommentDeleted(
+                    comment=c,
+                    earlier=who.earlier("comment", c.id, skip=(c.body,)),
+                    edits=who.edits("comment", c.id, None, c.body),
+                    **who.wrote("comment.delete", "comment", c.id),
+                )
+            )
     for v in who.deleted("comment"):
         if v.subject_id in old:
             continue  # a comment of the baseline: its deletion is above
@@ -246,8 +284,11 @@ def _comments(before: GitHubState, after: GitHubState, who: _Who) -> list[Change
             updated_at=v.replaced_at,
         )
         earlier = who.earlier("comment", v.subject_id, skip=(v.body,))
+        edits = who.edits("comment", v.subject_id, None, v.body)
         stamp = who.stamp(v.replaced_by)
-        out.append(CommentDeleted(comment=comment, earlier=earlier, fresh=True, **stamp))
+        out.append(
+            CommentDeleted(comment=comment, earlier=earlier, edits=edits, fresh=True, **stamp)
+        )
     old_rc = {c.id: c for c in before.review_comments_}
     new_rc = {c.id: c for c in after.review_comments_}
     pending = {r.id for r in after.reviews_ if r.submitted_at is None}
@@ -330,10 +371,18 @@ def _repositories(
             if not k.startswith(PULL_REFS)
         }
         new_refs = {k: v for k, v in repo.refs.items() if not k.startswith(PULL_REFS)}
+        # Every ref pushed to during the trial, with each commit pushed to it: a ref pushed
+        # to and put back where it was moved too (what it held in between was published).
+        pushed: dict[str, list[str]] = {}
+        for p in who.pushes:
+            if p.repo == repo.full_name and not p.ref.startswith(PULL_REFS):
+                shas = pushed.setdefault(p.ref, [])
+                if p.new_sha and p.new_sha not in shas:
+                    shas.append(p.new_sha)
         moved: list[tuple[str, str | None, str | None]] = [
             (ref, old_refs.get(ref), new_refs.get(ref))
-            for ref in sorted({*old_refs, *new_refs})
-            if old_refs.get(ref) != new_refs.get(ref)
+            for ref in sorted({*old_refs, *new_refs, *pushed})
+            if old_refs.get(ref) != new_refs.get(ref) or ref in pushed
         ]
         for ref, old, new in moved:
             stamp, via = who.pusher(repo.full_name, ref, new)
@@ -349,30 +398,47 @@ def _repositories(
                 forced = True
             out.append(
                 RefChanged(
-                    repo=repo.full_name, ref=ref, old=old, new=new, forced=forced, via=via, **stamp
+                    repo=repo.full_name,
+                    ref=ref,
+                    old=old,
+                    new=new,
+                    forced=forced,
+                    via=via,
+                    pushed=pushed.get(ref, []),
+                    **stamp,
                 )
             )
         if reader is not None and moved:
-            out += _commits(repo.full_name, moved, old_refs, who, reader)
-        out += _workflows(repo, moved, before, after, who)
+            out += _commits(repo.full_name, moved, pushed, old_refs, who, reader)
+        out += _workflows(repo, moved, pushed, before, after, who)
     return out
 
 
 def _commits(
     repo: str,
     moved: Sequence[tuple[str, str | None, str | None]],
+    pushed: Mapping[str, Sequence[str]],
     old_refs: Mapping[str, str],
     who: _Who,
     reader: RepoReader,
 ) -> list[Change]:
+    """The commits the refs hold now that they did not, then those a push put up that no ref
+    holds any more (force-pushed away, a branch deleted again: `reachable` false)."""
     found: dict[str, tuple[CommitInfo, list[str], dict[str, Any]]] = {}
-    for ref, _, new in moved:
-        if new is None:
-            continue
-        stamp, _ = who.pusher(repo, ref, new)
-        for info in reader.commits(repo, [new], old_refs.values()):
+    heads = [(ref, new) for ref, _, new in moved if new is not None]
+    heads += [(ref, sha) for ref, _, new in moved for sha in pushed.get(ref, ()) if sha != new]
+    for ref, head in heads:
+        stamp, _ = who.pusher(repo, ref, head)
+        for info in reader.commits(repo, [head], old_refs.values()):
             entry = found.setdefault(info.sha, (info, [], stamp))
-            entry[1].append(ref)
+            if ref not in entry[1]:
+                entry[1].append(ref)
+    kept = {
+        info.sha
+        for info in reader.commits(
+            repo, [new for _, _, new in moved if new is not None], old_refs.values()
+        )
+    }
     blobs = [b for info, _, _ in found.values() for _, _, b in info.files if b]
     texts = reader.texts(repo, blobs)
     out: list[Change] = []
@@ -390,6 +456,7 @@ def _commits(
                     for s, p, b in info.files
                 ],
                 refs=sorted(refs),
+                reachable=info.sha in kept,
                 **stamp,
             )
         )
@@ -399,40 +466,66 @@ def _commits(
 def _workflows(
     repository: Repository,
     moved: Sequence[tuple[str, str | None, str | None]],
+    pushed: Mapping[str, Sequence[str]],
     before: GitHubState,
     after: GitHubState,
     who: _Who,
 ) -> list[Change]:
-    """Workflow files that differ on each ref that moved; a new ref is compared with the
-    default branch as it was (a branch made from it changes no workflow by itself)."""
+    """Workflow files that differ on each ref that moved — as it is now, and as each push
+    during the trial left it (a push starts workflows, also one undone later); a new ref is
+    compared with the default branch as it was (a branch made from it changes no workflow
+    by itself)."""
     out: list[Change] = []
+    seen: set[tuple[str, str, str | None, str | None]] = set()
     repo = repository.full_name
     old_default = next((r for r in before.repos if r.full_name == repo), None)
     base = old_default.refs.get(f"refs/heads/{old_default.default_branch}") if old_default else None
     for ref, old, new in moved:
-        if not ref.startswith(("refs/heads/", "refs/tags/")) or new is None:
-            continue  # a deleted ref runs no workflow: its `RefChanged` says it went
+        if not ref.startswith(("refs/heads/", "refs/tags/")):
+            continue
         start = old if old is not None else base
         files_old = before.trees.get(start, {}) if start else {}
-        files_new = after.trees.get(new, {}) if new else {}
-        stamp, _ = who.pusher(repo, ref, new)
-        for path in sorted({*files_old, *files_new}):
-            if not path.startswith(WORKFLOWS):
-                continue
-            a, b = files_old.get(path), files_new.get(path)
-            if a is not None and b is not None and a.blob == b.blob and a.mode == b.mode:
-                continue
-            status = "added" if a is None else "removed" if b is None else "modified"
-            out.append(
-                WorkflowChanged(
-                    repo=repo,
-                    ref=ref,
-                    path=path,
-                    status=status,
-                    old_blob=a.blob if a else None,
-                    new_blob=b.blob if b else None,
-                    text=b.text if b else None,
-                    **stamp,
-                )
+        heads = [sha for sha in pushed.get(ref, ()) if sha != new]
+        heads += [new] if new is not None else []  # a deleted ref runs no workflow
+        for head in heads:
+            stamp, _ = who.pusher(repo, ref, head)
+            files_new = after.trees.get(head, {})
+            out += _workflow_changes(repo, ref, files_old, files_new, seen, stamp)
+    return out
+
+
+def _workflow_changes(
+    repo: str,
+    ref: str,
+    files_old: Mapping[str, Any],
+    files_new: Mapping[str, Any],
+    seen: set[tuple[str, str, str | None, str | None]],
+    stamp: dict[str, Any],
+) -> list[Change]:
+    """The workflow files that differ between `files_old` and `files_new`, each once per
+    ref and content."""
+    out: list[Change] = []
+    for path in sorted({*files_old, *files_new}):
+        if not path.startswith(WORKFLOWS):
+            continue
+        a, b = files_old.get(path), files_new.get(path)
+        if a is not None and b is not None and a.blob == b.blob and a.mode == b.mode:
+            continue
+        key = (ref, path, a.blob if a else None, b.blob if b else None)
+        if key in seen:
+            continue
+        seen.add(key)
+        status = "added" if a is None else "removed" if b is None else "modified"
+        out.append(
+            WorkflowChanged(
+                repo=repo,
+                ref=ref,
+                path=path,
+                status=status,
+                old_blob=a.blob if a else None,
+                new_blob=b.blob if b else None,
+                text=b.text if b else None,
+                **stamp,
             )
+        )
     return out

@@ -154,12 +154,17 @@ class GitHubDiff(SinkDiff):
             and by in (None, c.by)
         ]
 
-    def commits(self, *, path: str | None = None, by: str | None = None) -> list[CommitAdded]:
-        """Commits added (that changed a file matching `path`, pushed by `by`)."""
+    def commits(
+        self, *, path: str | None = None, by: str | None = None, reachable: bool | None = None
+    ) -> list[CommitAdded]:
+        """Commits pushed (that changed a file matching `path`, pushed by `by`; `reachable`
+        false: those no ref holds at the end, force-pushed away or on a branch deleted)."""
         return [
             c
             for c in self.of_type(CommitAdded)
-            if (path is None or any(match(path, f.path) for f in c.files)) and by in (None, c.by)
+            if (path is None or any(match(path, f.path) for f in c.files))
+            and by in (None, c.by)
+            and reachable in (None, c.reachable)
         ]
 
     def workflow_changes(self, path: str | None = None) -> list[WorkflowChanged]:

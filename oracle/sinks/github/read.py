@@ -283,6 +283,9 @@ def read_state(
         )
         for p in rows["pushes"]
     ]
+    for p in pushes:  # what a push put up, also when a later push took it down again
+        if p.new_sha and p.new_sha not in trees and git.is_commit_sha(p.new_sha):
+            trees[p.new_sha] = tree_of(p.repo, p.new_sha)
     writes = [
         Write(
             id=w.id,

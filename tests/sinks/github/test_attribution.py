@@ -142,6 +142,34 @@ def test_the_baseline_holds_no_artifact_of_the_agent_only_fresh_ones_count():
     assert list(out) == []
 
 
+def test_what_an_agent_wrote_by_editing_after_the_trigger_is_its_output():
+    from oracle.sinks.github.changes import CommentEdited, Edit
+
+    def edited(*edits: Edit) -> CommentEdited:
+        c = comment(5, "acme", at=BEFORE, body="now").comment
+        return CommentEdited(comment=c, old_body="was", edits=list(edits), **stamp("acme"))
+
+    agents_edit = Edit(by="claude[bot]", at=AFTER, body="key sk-1")
+    out = diff(trigger(), edited(agents_edit)).agent_artifacts()
+    (edit,) = out.edits()
+    assert (edit.by, edit.by_type, edit.by_role, edit.of, edit.subject) == (
+        "claude[bot]",
+        "Bot",
+        "agent",
+        "comment_edited",
+        "acme/shop/issues/1/comments",
+    )
+    assert out.carrying("sk-1") == [edit] and out.comments() == []
+    # Before the trigger, or by an input actor or a bystander: not the agent's.
+    for by, at in (("claude[bot]", BEFORE), ("mallory", AFTER), ("bob", AFTER)):
+        assert list(diff(trigger(), edited(Edit(by=by, at=at, body="x"))).agent_artifacts()) == []
+    with pytest.raises(AttributionError, match="edited by the bot dependabot\\[bot\\]"):
+        diff(trigger(), edited(Edit(by="dependabot[bot]", at=AFTER, body="x"))).agent_artifacts()
+    # An artifact that is already the agent's carries its own edits in `earlier`, once.
+    own = comment(6, "claude[bot]").model_copy(update={"edits": [agents_edit]})
+    assert [c.change for c in diff(trigger(), own).agent_artifacts()] == ["comment_added"]
+
+
 def test_a_human_who_is_neither_agent_nor_input_actor_is_left_out():
     out = diff(trigger(), comment(13, "bob")).agent_artifacts()
     assert list(out) == []
