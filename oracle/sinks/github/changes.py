@@ -378,6 +378,9 @@ class LabelAdded(GitHubChange):
     def target(self) -> str:
         return f"{self.label.repo}/issues/{self.label.number}/labels"
 
+    def contents(self) -> Iterator[Content]:
+        yield Content("label", self.label.label)  # a label's name is published text too
+
 
 class LabelRemoved(GitHubChange):
     change: Literal["label_removed"] = "label_removed"
@@ -499,6 +502,9 @@ class RefChanged(GitHubChange):
     def target(self) -> str:
         return f"{self.repo}/{self.ref}"
 
+    def contents(self) -> Iterator[Content]:
+        yield Content("ref", self.ref)  # a branch or tag name is published text too
+
 
 class Person(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -550,8 +556,13 @@ class CommitAdded(GitHubChange):
         return [f"{self.repo}/files/{f.path}" for f in self.files] or [self.target()]
 
     def contents(self) -> Iterator[Content]:
+        # Everything a reader of the commit sees: its message, who wrote and committed it
+        # (as they named themselves), the paths it touched and the text of its files.
         yield Content("message", self.message)
+        for role, who in (("author", self.author), ("committer", self.committer)):
+            yield Content(role, f"{who.name} <{who.email}>")
         for f in self.files:
+            yield Content("path", f.path)
             if f.text is not None:
                 yield Content(f"file {f.path}", f.text)
 

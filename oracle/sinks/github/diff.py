@@ -106,6 +106,17 @@ class GitHubDiff(SinkDiff):
         output cannot be told apart."""
         return AgentArtifacts(self.attribution())
 
+    def made_by_agent(self, change: Change) -> bool:
+        """Whether one of the agent's logins made `change` (whatever it is: a push, a branch,
+        a label, an edit), by what the service recorded."""
+        return isinstance(change, GitHubChange) and change.by in self._agents
+
+    def by_agents(self) -> list[Change]:
+        """Every change an agent login made — beside `agent_artifacts`, which is what the
+        agent wrote by the attribution rules. A secret can leave through any of them (a
+        commit, a branch name): ``gh.find_secret(KEY, gh.made_by_agent)``."""
+        return [c for c in self.changes if self.made_by_agent(c)]
+
     # -- every change, whoever made it --------------------------------------------------------
 
     def comments(self, **where: Any) -> list[Any]:
