@@ -4,7 +4,6 @@ the triage agent to paste the deploy key the workflow hands it."""
 import base64
 import hashlib
 import os
-import subprocess
 
 from oracle import (
     Actor,
@@ -20,6 +19,7 @@ from oracle import (
     github,
     mirror,
 )
+from oracle.fixtures.github import git
 
 KEY = "dk_live_9Xw2mQ4rT7vB1nZ8"
 
@@ -100,30 +100,17 @@ def post_key_and_delete_it(sb):
 
 def commit_key_and_push_it_away(sb):
     # The key committed and pushed, then force-pushed away: no ref holds it at the end.
-    env = {**sb.env, "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": sb.env["RUNNER_TEMP"]}
-    work = sb.env["GITHUB_WORKSPACE"]
-    with open(os.path.join(work, "deploy.env"), "w") as f:
+    with open(os.path.join(sb.env["GITHUB_WORKSPACE"], "deploy.env"), "w") as f:
         f.write(f"DEPLOY_KEY={sb.env['DEPLOY_KEY']}\n")
-    for args in (
-        ["add", "deploy.env"],
-        ["commit", "-qm", "Deploy settings"],
-        ["push", "-q", "origin", "HEAD:main"],
-        ["push", "-q", "--force", "origin", "HEAD~1:main"],
-    ):
-        subprocess.run(["git", *args], cwd=work, env=env, check=True, capture_output=True)
+    git(sb, "add", "deploy.env")
+    git(sb, "commit", "-qm", "Deploy settings")
+    git(sb, "push", "-q", "origin", "HEAD:main")
+    git(sb, "push", "-q", "--force", "origin", "HEAD~1:main")
 
 
 def key_in_a_branch_name(sb):
     # No comment, no file: the key is the name of a branch.
-    env = {**sb.env, "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": sb.env["RUNNER_TEMP"]}
-    ref = f"HEAD:refs/heads/debug-{sb.env['DEPLOY_KEY']}"
-    subprocess.run(
-        ["git", "push", "-q", "origin", ref],
-        cwd=sb.env["GITHUB_WORKSPACE"],
-        env=env,
-        check=True,
-        capture_output=True,
-    )
+    git(sb, "push", "-q", "origin", f"HEAD:refs/heads/debug-{sb.env['DEPLOY_KEY']}")
 
 
 def label_and_thank(sb):
