@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from typing import Any, NoReturn
 
+from pydantic import BaseModel, ConfigDict
+
 
 def _read_only(name: str) -> Any:
     def refuse(self: object, *args: object, **kwargs: object) -> NoReturn:
@@ -92,3 +94,15 @@ def freeze(value: Any) -> Any:
     if isinstance(value, list):
         return FrozenList(freeze(v) for v in value)
     return value
+
+
+class ReadOnlyModel(BaseModel):
+    """A pydantic model that is read-only all the way down: frozen, and every dict and list
+    in its fields frozen after validation (`freeze`), so that a predicate's careless write
+    to a record of the evidence fails loudly."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    def model_post_init(self, context: Any, /) -> None:
+        for name in type(self).model_fields:
+            object.__setattr__(self, name, freeze(getattr(self, name)))

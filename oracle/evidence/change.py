@@ -14,10 +14,10 @@ from collections.abc import Iterator, Mapping
 from typing import Any, NamedTuple
 
 import orjson
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ValidationError
 
 from oracle.base.canonical import dumps, to_jsonable
-from oracle.base.frozen import freeze
+from oracle.base.frozen import ReadOnlyModel
 
 _CHANGE_TYPES: dict[str, type[Change]] = {}
 
@@ -97,19 +97,12 @@ class IncompleteEvidenceError(RuntimeError):
     A predicate that meets it is an error, so its metric is unknown rather than false."""
 
 
-class Change(BaseModel):
+class Change(ReadOnlyModel):
     """One typed change in one sink. Subclasses set ``change`` to a fixed name, by which they
-    are found again when an archive is read (`change_from_json`)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    are found again when an archive is read (`change_from_json`). Read-only all the way
+    down (each predicate also reads its own copy of the evidence)."""
 
     change: str
-
-    def model_post_init(self, context: Any, /) -> None:
-        # Read-only, so that a predicate's careless write fails loudly (each predicate reads
-        # its own copy of the evidence, so even a write past this changes nothing else).
-        for name in type(self).model_fields:
-            object.__setattr__(self, name, freeze(getattr(self, name)))
 
     @classmethod
     def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:

@@ -86,27 +86,17 @@ def is_artifact(change: object) -> bool:
     return isinstance(change, ARTIFACT_CHANGES)
 
 
-def author_of(change: GitHubChange) -> tuple[str | None, str | None]:
-    """Who wrote the artifact a change brings in, and their type (for a deleted comment, its
-    author, not who deleted it)."""
+def written(change: GitHubChange) -> tuple[str | None, str | None, str | None]:
+    """Who wrote the artifact a change brings in, their type, and when it was written
+    (published, for a review; for a deleted comment, its author, not who deleted it)."""
     if isinstance(change, CommentAdded | ReviewCommentAdded | CommentDeleted):
-        return change.comment.author, change.comment.author_type
+        c = change.comment
+        return c.author, c.author_type, c.created_at
     if isinstance(change, ReviewSubmitted):
-        return change.review.author, change.review.author_type
+        return change.review.author, change.review.author_type, change.review.submitted_at
     if isinstance(change, IssueOpened | PullOpened):
-        return change.issue.author, change.issue.author_type
-    return change.by, change.by_type
-
-
-def written_at(change: GitHubChange) -> str | None:
-    """When the artifact a change brings in was written (published, for a review)."""
-    if isinstance(change, CommentAdded | ReviewCommentAdded | CommentDeleted):
-        return change.comment.created_at
-    if isinstance(change, ReviewSubmitted):
-        return change.review.submitted_at
-    if isinstance(change, IssueOpened | PullOpened):
-        return change.issue.created_at
-    return None
+        return change.issue.author, change.issue.author_type, change.issue.created_at
+    return change.by, change.by_type, None
 
 
 def the_trigger(changes: Iterable[object]) -> Trigger:
@@ -149,8 +139,7 @@ def attribute_artifacts(
     for change in changes:
         if not isinstance(change, GitHubChange) or not is_artifact(change):
             continue
-        at = written_at(change)
-        author, author_type = author_of(change)
+        author, author_type, at = written(change)
         if not author or not at:
             raise AttributionError(
                 f"{change.summary()}: no author or time was recorded, so it cannot be attributed"

@@ -20,6 +20,7 @@ from oracle.sinks.github.model import (
     Comment,
     Issue,
     LabelOn,
+    Person,
     Pull,
     Reaction,
     Review,
@@ -504,14 +505,6 @@ class RefChanged(GitHubChange):
 
     def contents(self) -> Iterator[Content]:
         yield Content("ref", self.ref)  # a branch or tag name is published text too
-
-
-class Person(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    name: str
-    email: str
-    date: str
 
 
 class ChangedFile(BaseModel):

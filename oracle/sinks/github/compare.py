@@ -25,7 +25,6 @@ from oracle.sinks.github.changes import (
     IssueStateChanged,
     LabelAdded,
     LabelRemoved,
-    Person,
     PullHeadMoved,
     PullMerged,
     PullOpened,
@@ -53,8 +52,12 @@ PULL_REFS = "refs/pull/"
 class RepoReader(Protocol):
     """What the diff needs of the repositories themselves (the live sink gives it)."""
 
-    def commits(self, repo: str, new: Iterable[str], old: Iterable[str]) -> list[CommitInfo]:
-        """Commits reachable from `new` and not from `old`, oldest first."""
+    def reachable(self, repo: str, new: Iterable[str], old: Iterable[str]) -> list[str]:
+        """The commits reachable from `new` and not from `old`, oldest first."""
+        ...
+
+    def commit(self, repo: str, sha: str) -> CommitInfo:
+        """One commit: author, committer, message, parents and the files it changed."""
         ...
 
     def is_ancestor(self, repo: str, old: str, new: str) -> bool: ...
@@ -424,31 +427,32 @@ def _commits(
 ) -> list[Change]:
     """The commits the refs hold now that they did not, then those a push put up that no ref
     holds any more (force-pushed away, a branch deleted again: `reachable` false)."""
-    found: dict[str, tuple[CommitInfo, list[str], dict[str, Any]]] = {}
-    heads = [(ref, new) for ref, _, new in moved if new is not None]
-    heads += [(ref, sha) for ref, _, new in moved for sha in pushed.get(ref, ()) if sha != new]
-    for ref, head in heads:
+    found: dict[str, tuple[list[str], dict[str, Any]]] = {}  # sha -> its refs, who pushed
+    kept: set[str] = set()
+    heads = [(ref, new, True) for ref, _, new in moved if new is not None]
+    heads += [
+        (ref, sha, False) for ref, _, new in moved for sha in pushed.get(ref, ()) if sha != new
+    ]
+    for ref, head, final in heads:
         stamp, _ = who.pusher(repo, ref, head)
-        for info in reader.commits(repo, [head], old_refs.values()):
-            entry = found.setdefault(info.sha, (info, [], stamp))
-            if ref not in entry[1]:
-                entry[1].append(ref)
-    kept = {
-        info.sha
-        for info in reader.commits(
-            repo, [new for _, _, new in moved if new is not None], old_refs.values()
-        )
-    }
-    blobs = [b for info, _, _ in found.values() for _, _, b in info.files if b]
+        shas = reader.reachable(repo, [head], old_refs.values())
+        if final:
+            kept.update(shas)
+        for sha in shas:
+            refs, _ = found.setdefault(sha, ([], stamp))
+            if ref not in refs:
+                refs.append(ref)
+    infos = {sha: (reader.commit(repo, sha), refs, stamp) for sha, (refs, stamp) in found.items()}
+    blobs = [b for info, _, _ in infos.values() for _, _, b in info.files if b]
     texts = reader.texts(repo, blobs)
     out: list[Change] = []
-    for info, refs, stamp in found.values():
+    for info, refs, stamp in infos.values():
         out.append(
             CommitAdded(
                 repo=repo,
                 sha=info.sha,
-                author=Person(**vars(info.author)),
-                committer=Person(**vars(info.committer)),
+                author=info.author,
+                committer=info.committer,
                 message=info.message,
                 parents=list(info.parents),
                 files=[

@@ -17,7 +17,6 @@ from typing import Any, ClassVar
 
 from oracle.base.canonical import Json
 from oracle.base.globs import match
-from oracle.base.query import matches
 from oracle.evidence.diff import Change, SinkDiff
 from oracle.sinks.github.attribution import (
     AgentArtifacts,
@@ -42,16 +41,15 @@ from oracle.sinks.github.changes import (
     WorkflowChanged,
 )
 from oracle.sinks.github.model import Trigger
+from oracle.sinks.github.state import records_where
 
 KIND = "github"
-WORKFLOWS = ".github/workflows/"
-PULL_REFS = "refs/pull/"
 
 
 def _select[C: GitHubChange](
     items: Iterable[C], pick: Callable[[C], Any], where: Mapping[str, Any], what: str
 ) -> list[Any]:
-    return [pick(c) for c in items if matches(pick(c).model_dump(), where, what)]
+    return records_where([pick(c) for c in items], where, what)
 
 
 class GitHubDiff(SinkDiff):

@@ -12,10 +12,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from oracle.sinks.github.model import TreeEntry
+from oracle.sinks.github.model import TEXT_LIMIT, Person, TreeEntry
 
-#: Files under this size keep their text in a snapshot (and in a commit's changed files).
-TEXT_LIMIT = 64 * 1024
 #: The empty tree, which every repository knows: the parent of a root commit, for diffs.
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 
@@ -44,19 +42,26 @@ def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def _run(
+    repo: Path, argv: Sequence[str], input: bytes | None, env: Mapping[str, str] | None
+) -> subprocess.CompletedProcess[bytes]:
+    cmd = ["git", "--git-dir", str(repo), *argv]
+    return subprocess.run(cmd, input=input, capture_output=True, env=clean_env(env), timeout=120)
+
+
 def git(
-    repo: Path,
-    *argv: str,
-    input: bytes | None = None,
-    env: Mapping[str, str] | None = None,
-    check: bool = True,
+    repo: Path, *argv: str, input: bytes | None = None, env: Mapping[str, str] | None = None
 ) -> bytes:
     """Run ``git --git-dir REPO ARGV…`` and return its stdout; raise `GitError` on failure."""
-    cmd = ["git", "--git-dir", str(repo), *argv]
-    proc = subprocess.run(cmd, input=input, capture_output=True, env=clean_env(env), timeout=120)
-    if check and proc.returncode != 0:
+    proc = _run(repo, argv, input, env)
+    if proc.returncode != 0:
         raise GitError(repo, argv, proc.stderr.decode("utf-8", "replace"))
     return proc.stdout
+
+
+def git_ok(repo: Path, *argv: str) -> bool:
+    """Whether ``git --git-dir REPO ARGV…`` succeeds (a question git answers by its exit)."""
+    return _run(repo, argv, None, None).returncode == 0
 
 
 def refs(repo: Path) -> dict[str, str]:
@@ -64,24 +69,32 @@ def refs(repo: Path) -> dict[str, str]:
     out = git(repo, "for-each-ref", "--format=%(objectname) %(*objectname) %(refname)")
     found: dict[str, str] = {}
     for line in out.decode().splitlines():
-        parts = line.split(" ")
-        if len(parts) == 3:
-            obj, peeled, name = parts
-        else:  # no peeled object: two spaces collapse
-            obj, name = parts[0], parts[-1]
-            peeled = ""
+        obj, peeled, name = line.split(" ", 2)  # `peeled` is empty but for an annotated tag
         found[name] = peeled or obj
     return dict(sorted(found.items()))
 
 
 def is_commit(repo: Path, sha: str) -> bool:
-    proc = subprocess.run(
-        ["git", "--git-dir", str(repo), "cat-file", "-t", sha],
-        capture_output=True,
-        env=clean_env(),
-        timeout=30,
+    return object_info(repo, [sha]).get(sha, ("missing", 0))[0] == "commit"
+
+
+def object_info(repo: Path, names: Iterable[str]) -> dict[str, tuple[str, int]]:
+    """The type and size of each object (``("missing", 0)`` where there is none), read in
+    one ``cat-file --batch-check``."""
+    wanted = sorted(set(names))
+    if not wanted:
+        return {}
+    out = git(
+        repo,
+        "cat-file",
+        "--batch-check=%(objecttype) %(objectsize)",
+        input=("\n".join(wanted) + "\n").encode(),
     )
-    return proc.returncode == 0 and proc.stdout.strip() == b"commit"
+    found: dict[str, tuple[str, int]] = {}
+    for name, line in zip(wanted, out.decode().splitlines(), strict=True):
+        kind, _, size = line.rpartition(" ")
+        found[name] = ("missing", 0) if line.endswith(" missing") else (kind, int(size))
+    return found
 
 
 def blobs_text(repo: Path, blobs: Iterable[str]) -> dict[str, str | None]:
@@ -130,13 +143,6 @@ def tree(repo: Path, commit: str, text_limit: int = TEXT_LIMIT) -> dict[str, Tre
 
 
 @dataclass(frozen=True)
-class Person:
-    name: str
-    email: str
-    date: str
-
-
-@dataclass(frozen=True)
 class CommitInfo:
     sha: str
     author: Person
@@ -148,16 +154,23 @@ class CommitInfo:
     files: tuple[tuple[str, str, str | None], ...]
 
 
-def commits_between(
-    repo: Path, new: Iterable[str], old: Iterable[str], limit: int = 1000
-) -> list[CommitInfo]:
-    """The commits reachable from `new` and not from `old`, oldest first (at most `limit`)."""
+def reachable(repo: Path, new: Iterable[str], old: Iterable[str], limit: int = 1000) -> list[str]:
+    """The commits reachable from `new` and not from `old`, oldest first (at most `limit`);
+    names in `old` that are no commit (a ref to a blob) are left out."""
     tips = sorted({t for t in new if t})
     if not tips:
         return []
-    known = [f"^{o}" for o in sorted({o for o in old if o}) if is_commit(repo, o)]
+    olds = object_info(repo, (o for o in old if o))
+    known = [f"^{o}" for o, (kind, _) in olds.items() if kind == "commit"]
     listed = git(repo, "rev-list", "--reverse", f"--max-count={limit}", *tips, *known)
-    return [commit_info(repo, sha) for sha in listed.decode().split()]
+    return listed.decode().split()
+
+
+def commits_between(
+    repo: Path, new: Iterable[str], old: Iterable[str], limit: int = 1000
+) -> list[CommitInfo]:
+    """The commits reachable from `new` and not from `old`, oldest first, read whole."""
+    return [commit_info(repo, sha) for sha in reachable(repo, new, old, limit)]
 
 
 def commit_info(repo: Path, sha: str) -> CommitInfo:
@@ -180,8 +193,8 @@ def commit_info(repo: Path, sha: str) -> CommitInfo:
         files.append((status[0], path, None if set(new_blob) == {"0"} else new_blob))
     return CommitInfo(
         sha=f[0],
-        author=Person(f[1], f[2], f[3]),
-        committer=Person(f[4], f[5], f[6]),
+        author=Person(name=f[1], email=f[2], date=f[3]),
+        committer=Person(name=f[4], email=f[5], date=f[6]),
         message=f[8].rstrip("\n"),
         parents=parents,
         files=tuple(files),
@@ -190,13 +203,7 @@ def commit_info(repo: Path, sha: str) -> CommitInfo:
 
 def is_ancestor(repo: Path, old: str, new: str) -> bool:
     """Whether `old` is an ancestor of `new` (a fast-forward from `old` to `new`)."""
-    proc = subprocess.run(
-        ["git", "--git-dir", str(repo), "merge-base", "--is-ancestor", old, new],
-        capture_output=True,
-        env=clean_env(),
-        timeout=30,
-    )
-    return proc.returncode == 0
+    return git_ok(repo, "merge-base", "--is-ancestor", old, new)
 
 
 def is_commit_sha(text: str) -> bool:

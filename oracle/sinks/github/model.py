@@ -8,11 +8,14 @@ that times compare as text. Records are frozen: a predicate reads them, never ed
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from oracle.base.frozen import freeze
+from oracle.base.frozen import ReadOnlyModel
+
+#: Files up to this size keep their text in a snapshot and in a commit's changed files.
+TEXT_LIMIT = 64 * 1024
 
 AuthorType = Literal["User", "Bot"]
 #: What a task declares a login as: the repository's owner and the attacker are input actors
@@ -21,13 +24,8 @@ AuthorType = Literal["User", "Bot"]
 Role = Literal["owner", "attacker", "input", "agent", "other"]
 
 
-class Record(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    def model_post_init(self, context: Any, /) -> None:
-        # Read-only all the way down, as changes are: a predicate's careless write fails.
-        for name in type(self).model_fields:
-            object.__setattr__(self, name, freeze(getattr(self, name)))
+class Record(ReadOnlyModel):
+    """A record of a GitHub world's state: read-only all the way down, as changes are."""
 
 
 class Actor(Record):
@@ -213,6 +211,15 @@ class Push(Record):
     at: str
 
 
+class Person(Record):
+    """A commit's author or committer, as the commit names them (anyone can write any
+    name: who pushed it is the change's ``by``)."""
+
+    name: str
+    email: str
+    date: str
+
+
 class Revision(Record):
     """What an artifact held before someone replaced it: an edit's earlier text (``edit``),
     a deleted artifact whole (``delete``), a review's earlier state (``state``, in
@@ -283,4 +290,4 @@ class Config(Record):
     inputs: list[str]
     trigger: dict[str, str | int | None] | None = None
     workflows: list[WorkflowSummary] = Field(default_factory=list)
-    text_limit: int = Field(65536, description="files up to this size keep their text")
+    text_limit: int = Field(TEXT_LIMIT, description="files up to this size keep their text")

@@ -41,30 +41,13 @@ def read_state(
     tree_of: Callable[[str, str], dict[str, TreeEntry]],
 ) -> GitHubState:
     """A world's state from its store (`conn`) and its repositories (`refs_of`, `tree_of`)."""
-    t = store
     with conn.begin():
-        users = {r.id: r for r in conn.execute(sa.select(t.users).order_by(t.users.c.id))}
-        repo_rows = list(conn.execute(sa.select(t.repos).order_by(t.repos.c.id)))
-        issue_rows = list(conn.execute(sa.select(t.issues).order_by(t.issues.c.id)))
         rows: dict[str, list[Any]] = {
-            name: list(conn.execute(sa.select(table).order_by(*table.primary_key.columns)))
-            for name, table in (
-                ("pulls", t.pulls),
-                ("comments", t.comments),
-                ("reviews", t.reviews),
-                ("review_comments", t.review_comments),
-                ("labels", t.labels),
-                ("issue_labels", t.issue_labels),
-                ("reactions", t.reactions),
-                ("triggers", t.triggers),
-                ("runs", t.runs),
-                ("jobs", t.jobs),
-                ("steps", t.steps),
-                ("pushes", t.pushes),
-                ("audit", t.audit),
-                ("revisions", t.revisions),
-            )
+            table.name: list(conn.execute(sa.select(table).order_by(*table.primary_key.columns)))
+            for table in store.OBSERVED
         }
+    users = {r.id: r for r in rows["users"]}
+    repo_rows, issue_rows = rows["repos"], rows["issues"]
 
     def login(uid: int | None) -> str | None:
         return users[uid].login if uid is not None and uid in users else None
@@ -79,9 +62,14 @@ def read_state(
     for x in rows["issue_labels"]:
         labels_by_issue.setdefault(x.issue_id, []).append(label_name.get(x.label_id, "?"))
 
-    def at(issue_id: int) -> tuple[str, int]:
+    def on(issue_id: int) -> dict[str, Any]:
+        """The repository and number of the issue or pull request a row is on."""
         i = issue_of[issue_id]
-        return repo_name[i.repo_id], i.number
+        return {"repo": repo_name[i.repo_id], "number": i.number}
+
+    def by(uid: int) -> dict[str, Any]:
+        """A row's author and the author's type."""
+        return {"author": login(uid) or "ghost", "author_type": kind(uid)}
 
     repos: list[Repository] = []
     trees: dict[str, dict[str, TreeEntry]] = {}
@@ -110,8 +98,7 @@ def read_state(
             body=i.body,
             state=i.state,
             state_reason=i.state_reason,
-            author=login(i.author_id) or "ghost",
-            author_type=kind(i.author_id),
+            **by(i.author_id),
             is_pull=bool(i.is_pull),
             locked=bool(i.locked),
             labels=sorted(labels_by_issue.get(i.id, [])),
@@ -124,8 +111,7 @@ def read_state(
     ]
     pulls = [
         Pull(
-            repo=at(p.issue_id)[0],
-            number=at(p.issue_id)[1],
+            **on(p.issue_id),
             head_repo=repo_name.get(p.head_repo_id, "?"),
             head_ref=p.head_ref,
             head_sha=p.head_sha,
@@ -142,10 +128,8 @@ def read_state(
     comments = [
         Comment(
             id=c.id,
-            repo=at(c.issue_id)[0],
-            number=at(c.issue_id)[1],
-            author=login(c.author_id) or "ghost",
-            author_type=kind(c.author_id),
+            **on(c.issue_id),
+            **by(c.author_id),
             body=c.body,
             created_at=iso(c.created_at) or "",
             updated_at=iso(c.updated_at) or "",
@@ -155,10 +139,8 @@ def read_state(
     reviews = [
         Review(
             id=r.id,
-            repo=at(r.issue_id)[0],
-            number=at(r.issue_id)[1],
-            author=login(r.author_id) or "ghost",
-            author_type=kind(r.author_id),
+            **on(r.issue_id),
+            **by(r.author_id),
             state=r.state,
             body=r.body,
             commit_id=r.commit_id,
@@ -170,11 +152,9 @@ def read_state(
     review_comments = [
         ReviewComment(
             id=c.id,
-            repo=at(c.issue_id)[0],
-            number=at(c.issue_id)[1],
+            **on(c.issue_id),
             review_id=c.review_id,
-            author=login(c.author_id) or "ghost",
-            author_type=kind(c.author_id),
+            **by(c.author_id),
             path=c.path,
             line=c.line,
             side=c.side,
@@ -189,8 +169,7 @@ def read_state(
     labels = sorted(
         (
             LabelOn(
-                repo=at(x.issue_id)[0],
-                number=at(x.issue_id)[1],
+                **on(x.issue_id),
                 label=label_name.get(x.label_id, "?"),
                 added_by=login(x.added_by) or "ghost",
                 added_at=iso(x.added_at) or "",
@@ -204,8 +183,7 @@ def read_state(
             id=r.id,
             subject=r.subject,
             subject_id=r.subject_id,
-            author=login(r.author_id) or "ghost",
-            author_type=kind(r.author_id),
+            **by(r.author_id),
             content=r.content,
             created_at=iso(r.created_at) or "",
         )
@@ -304,10 +282,8 @@ def read_state(
             subject=v.subject,
             subject_id=v.subject_id,
             kind=v.kind,
-            repo=at(v.issue_id)[0],
-            number=at(v.issue_id)[1],
-            author=login(v.author_id) or "ghost",
-            author_type=kind(v.author_id),
+            **on(v.issue_id),
+            **by(v.author_id),
             created_at=iso(v.created_at) or "",
             title=v.title,
             body=v.body,

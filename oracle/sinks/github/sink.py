@@ -40,26 +40,26 @@ _TREES_KEPT = 4096
 class _Reader:
     """The repositories, as the diff reads commits from them."""
 
-    def __init__(self, paths: Mapping[str, Path]) -> None:
+    def __init__(self, paths: Mapping[str, Path], text_limit: int) -> None:
         self.paths = paths
+        self.text_limit = text_limit
 
-    def commits(self, repo: str, new: Iterable[str], old: Iterable[str]) -> list[CommitInfo]:
-        return git.commits_between(self.paths[repo], new, old)
+    def reachable(self, repo: str, new: Iterable[str], old: Iterable[str]) -> list[str]:
+        return git.reachable(self.paths[repo], new, old)
+
+    def commit(self, repo: str, sha: str) -> CommitInfo:
+        return git.commit_info(self.paths[repo], sha)
 
     def is_ancestor(self, repo: str, old: str, new: str) -> bool:
         return git.is_ancestor(self.paths[repo], old, new)
 
     def texts(self, repo: str, blobs: Iterable[str]) -> Mapping[str, str | None]:
         path = self.paths[repo]
-        small = [b for b in set(blobs) if _blob_size(path, b) <= git.TEXT_LIMIT]
+        sizes = git.object_info(path, blobs)
+        small = [
+            b for b, (kind, size) in sizes.items() if kind == "blob" and size <= self.text_limit
+        ]
         return git.blobs_text(path, small)
-
-
-def _blob_size(repo: Path, blob: str) -> int:
-    try:
-        return int(git.git(repo, "cat-file", "-s", blob).strip())
-    except (GitError, ValueError):
-        return git.TEXT_LIMIT + 1
 
 
 class GitHubSink:
@@ -131,7 +131,9 @@ class GitHubSink:
         return found
 
     def diff(self, before: Snapshot, after: Snapshot) -> GitHubDiff:
-        return diff_states(self.name, before.state, after.state, _Reader(self.repos))
+        return diff_states(
+            self.name, before.state, after.state, _Reader(self.repos, self.config.text_limit)
+        )
 
     def reach_probe(self, where: str, text: str, before: Snapshot) -> ReachProbe | None:
         """A probe that tells whether the agent was served the injection planted at

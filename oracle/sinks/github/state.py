@@ -61,7 +61,16 @@ PARTS: dict[str, type[BaseModel]] = {
 }
 
 
-def _where[R: BaseModel](records: Sequence[R], where: Mapping[str, Any], what: str) -> list[R]:
+def _field(part: str) -> str:
+    """The attribute a part of the state is kept in (``comments`` → ``comments_``)."""
+    return part if part in ("actors", "repos") else f"{part}_"
+
+
+def records_where[R: BaseModel](
+    records: Sequence[R], where: Mapping[str, Any], what: str
+) -> list[R]:
+    """The records whose fields match `where` (`oracle.base.query`); `what` names them in
+    the error for a field they do not have."""
     return [r for r in records if matches(r.model_dump(), where, what)]
 
 
@@ -90,7 +99,7 @@ class GitHubState:
     # -- archive form -------------------------------------------------------------------------
 
     def part(self, name: str) -> tuple[BaseModel, ...]:
-        value = getattr(self, name if name in ("actors", "repos") else f"{name}_")
+        value = getattr(self, _field(name))
         return tuple(value)
 
     def to_json(self) -> dict[str, Json]:
@@ -117,7 +126,7 @@ class GitHubState:
             items = raw[name]
             if not isinstance(items, list):
                 raise TypeError(f"{name} is a {type(items).__name__}, not a list")
-            key = name if name in ("actors", "repos") else f"{name}_"
+            key = _field(name)
             parts[key] = tuple(model.model_validate(r, strict=True) for r in items)
         trees_raw = raw["trees"]
         if not isinstance(trees_raw, Mapping):
@@ -212,40 +221,40 @@ class GitHubState:
 
     def issues(self, **where: Any) -> list[Issue]:
         """Issues and pull requests whose fields match `where` (``author="mallory"``)."""
-        return _where(self.issues_, where, "issue")
+        return records_where(self.issues_, where, "issue")
 
     def comments(self, **where: Any) -> list[Comment]:
         """Comments whose fields match `where` (``number=1, author="claude[bot]"``)."""
-        return _where(self.comments_, where, "comment")
+        return records_where(self.comments_, where, "comment")
 
     def reviews(self, **where: Any) -> list[Review]:
-        return _where(self.reviews_, where, "review")
+        return records_where(self.reviews_, where, "review")
 
     def review_comments(self, **where: Any) -> list[ReviewComment]:
-        return _where(self.review_comments_, where, "review comment")
+        return records_where(self.review_comments_, where, "review comment")
 
     def labels(self, **where: Any) -> list[LabelOn]:
-        return _where(self.labels_, where, "label")
+        return records_where(self.labels_, where, "label")
 
     def reactions(self, **where: Any) -> list[Reaction]:
-        return _where(self.reactions_, where, "reaction")
+        return records_where(self.reactions_, where, "reaction")
 
     def runs(self, **where: Any) -> list[Run]:
         """Workflow runs whose fields match `where` (``event="issue_comment"``)."""
-        return _where(self.runs_, where, "workflow run")
+        return records_where(self.runs_, where, "workflow run")
 
     def triggers(self) -> list[Trigger]:
         return list(self.triggers_)
 
     def pushes(self, **where: Any) -> list[Push]:
-        return _where(self.pushes_, where, "push")
+        return records_where(self.pushes_, where, "push")
 
     def writes(self, **where: Any) -> list[Write]:
-        return _where(self.writes_, where, "write")
+        return records_where(self.writes_, where, "write")
 
     def revisions(self, **where: Any) -> list[Revision]:
         """What artifacts held before they were edited, deleted or dismissed."""
-        return _where(self.revisions_, where, "revision")
+        return records_where(self.revisions_, where, "revision")
 
     # -- where an injection sits -------------------------------------------------------------
 

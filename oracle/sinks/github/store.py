@@ -273,8 +273,10 @@ audit = sa.Table(
     sa.Column("subject_id", sa.Integer, nullable=True),
 )
 
-#: The tables a snapshot reads (every one but the tokens).
-OBSERVED = tuple(t for t in metadata.sorted_tables if t.name != "tokens")
+#: The tables a snapshot reads: every one but the tokens (secrets, which no write of the
+#: service changes) and the collaborators (the permissions the task declared, which none
+#: changes either).
+OBSERVED = tuple(t for t in metadata.sorted_tables if t.name not in ("tokens", "collaborators"))
 
 
 def iso(seconds: float | None) -> str | None:
@@ -291,11 +293,3 @@ def api_time(seconds: float | None) -> str | None:
     if seconds is None:
         return None
     return _dt.datetime.fromtimestamp(seconds, _dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def seconds_of(text: str) -> float:
-    """The seconds since the epoch of an ISO 8601 time (``2026-01-05T10:00:00Z``)."""
-    moment = _dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=_dt.UTC)
-    return moment.timestamp()
