@@ -38,7 +38,7 @@ $(STAMP): pyproject.toml
 	echo "creating $(VENV) with $$py ($$($$py --version))"; \
 	$$py -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	RAY_USAGE_STATS_ENABLED=0 $(BIN)/pip install --quiet -e '.[dev,inspect,agentdojo,ray]'
+	RAY_USAGE_STATS_ENABLED=0 $(BIN)/pip install --quiet -e '.[dev,inspect,agentdojo,ray,judge]'
 	@touch $(STAMP)
 
 venv: $(STAMP)
