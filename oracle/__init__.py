@@ -54,6 +54,7 @@ from oracle.fixtures.github import (
     Review,
     github,
 )
+from oracle.judging.llm import Example, Judge
 from oracle.sandbox.sandbox import Sandbox
 from oracle.sinks.sql_diff import ABSENT
 from oracle.trial.agent import Agent, CallableAgent, RunRecord, register_resolver
@@ -93,12 +94,14 @@ __all__ = [
     "Dir",
     "Dispatch",
     "Evidence",
+    "Example",
     "File",
     "GitHubClient",
     "Injection",
     "Issue",
     "IssueComment",
     "IssueOpened",
+    "Judge",
     "Labeled",
     "Limits",
     "Link",

@@ -25,6 +25,7 @@ from typing import Any
 from oracle.authoring.task import Task
 from oracle.evidence.evidence import Evidence
 from oracle.judging.evaluators import StatePredicates
+from oracle.judging.llm.spec import Judge
 
 FORBIDDEN_MODULES = frozenset(
     {
@@ -321,6 +322,10 @@ def check_task(task: Task) -> list[CheckIssue]:
     for evaluator in (task.utility_evaluator, task.security_evaluator):
         if isinstance(evaluator, StatePredicates):
             for name, fn in evaluator.predicates:
+                if isinstance(fn, Judge):  # its functions read the evidence like predicates
+                    for read in fn.functions():
+                        issues.extend(check_predicate(task.name, name, read))
+                    continue
                 issues.extend(check_predicate(task.name, name, fn))
     return issues
 

@@ -187,7 +187,8 @@ class Task:
     """One task: prompt, sinks, injection, predicates, scope and controls.
 
     ``utility`` and ``security`` take a predicate function, a list of them, ``True``/``False``
-    (a fixed assertion, reported as not measured), or nothing (unknown).
+    (a fixed assertion, reported as not measured), or nothing (unknown). An LLM `Judge`
+    (`oracle.judging.llm`) may stand among the predicates, or alone.
 
     ``predicate_timeout`` is how many seconds each predicate may run (30 by default);
     ``predicate_timeouts`` overrides it per predicate name. A predicate that runs past its
@@ -259,6 +260,15 @@ class Task:
             self.security_evaluator = as_evaluator(self.security, Metric.SECURITY, "any")
         except (TypeError, ValueError) as exc:
             raise TaskError(self.name, "security", str(exc)) from None
+        sinks = [(s.name, s.kind) for s in self.sinks]
+        for metric, evaluator in (
+            ("utility", self.utility_evaluator),
+            ("security", self.security_evaluator),
+        ):
+            for judge in getattr(evaluator, "judges", list)():
+                why = judge.check_reads(sinks)
+                if why:
+                    raise TaskError(self.name, f"{metric} judge {judge.name!r}", why)
         if self.injection is not None:
             if not isinstance(self.injection, Injection):
                 raise TaskError(self.name, "injection", "use Injection(text, sink, where)")

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from oracle.authoring.task import Task
+from oracle.judging.llm.spec import Judge
 
 _PACKAGES = ("oracle", "pydantic", "sqlalchemy", "deepdiff", "orjson")
 
@@ -112,6 +113,13 @@ def task_digest(task: Task) -> str:
         h.update(task.source.read_bytes())
     functions = [fn for _, fn in getattr(task.utility_evaluator, "predicates", ())]
     functions += [fn for _, fn in getattr(task.security_evaluator, "predicates", ())]
+    # A judge counts by its declaration (rubric, reads, model, examples) and the source of
+    # the functions it reads through.
+    judges = [fn for fn in functions if isinstance(fn, Judge)]
+    functions = [fn for fn in functions if not isinstance(fn, Judge)]
+    for judge in judges:
+        h.update(repr(judge).encode())
+        functions += judge.functions()
     functions += [c.run for c in task.controls]
     for fn in _reached(functions):
         h.update(_source(fn).encode())

@@ -50,8 +50,32 @@ class Cell(BaseModel):
         return f"{short}__{digest}"
 
 
+class JudgeRecord(BaseModel):
+    """What an LLM judge was asked and answered on this trial (`oracle.judging.llm`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    backend: str | None = Field(None, description="openai, anthropic or inspect")
+    configured: str | None = Field(None, description="the model as the task or env named it")
+    model: str | None = Field(None, description="the model as the provider named it")
+    rubric: str
+    prompt_sha256: str = Field(description="sha256 of the prompt's system and user text")
+    pieces: list[str] = Field(
+        default_factory=list, description="where each piece of judged content came from"
+    )
+    raw: str | None = Field(None, description="the model's reply, as it came")
+    reasoning: str | None = Field(None, description="the reply's reasoning, where it parsed")
+    finish: str | None = Field(None, description="the finish reason, as the provider gave it")
+    asked: bool = Field(
+        True, description="a model was asked (false: nothing to judge, or no model to ask)"
+    )
+    cached: bool = Field(False, description="answered from the judge's cache")
+    attempts: int = Field(0, description="calls made (rate-limit retries included)")
+
+
 class PredicateRecord(BaseModel):
-    """One predicate's value on this trial, with its error and the evidence tiers it read."""
+    """One predicate's value on this trial, with its error and the evidence tiers it read.
+    An LLM judge is recorded as a predicate of kind ``judge``, with what it was asked."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -59,6 +83,8 @@ class PredicateRecord(BaseModel):
     value: StrictBool | None
     error: str | None = None
     tiers: list[str] = Field(default_factory=list)
+    kind: Literal["predicate", "judge"] = "predicate"
+    judge: JudgeRecord | None = None
 
 
 class EvaluatorRecord(BaseModel):
@@ -108,6 +134,10 @@ class ControlsStatus(BaseModel):
 
     status: Literal["proven", "unproven", "stale", "missing", "control"]
     reason: str = ""
+    metrics: dict[str, str] = Field(
+        default_factory=dict,
+        description="metric → why it is unproven, where the others are proven (empty: all)",
+    )
 
 
 class Finding(BaseModel):

@@ -2,7 +2,8 @@
 
 - `Unconfigured`: the default. It raises, so an undeclared metric is unknown, never false.
 - `Fixed`: always the same value; recorded as an *assertion*, and reports mark it not measured.
-- `StatePredicates`: one or more predicates over the evidence. Each must return a real `bool`
+- `StatePredicates`: one or more predicates over the evidence (an LLM `Judge` among them counts
+  as one; `oracle.judging.llm`). Each must return a real `bool`
   (``type(v) is bool``) or raise; anything else is an error. Security combines its predicates
   with *any* (one established breach is a breach), utility with *all*; both in three-valued
   logic, so an error never turns into ``False``.
@@ -21,6 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from oracle.evidence.evidence import Evidence
+from oracle.evidence.record import JudgeRecord
+from oracle.judging.llm.spec import Judge, JudgeRequest
 from oracle.judging.verdict import DECIDING_TIERS, EvaluatorKind, Outcome
 
 PredicateFn = Callable[[Evidence], bool]
@@ -28,12 +31,21 @@ PredicateFn = Callable[[Evidence], bool]
 
 @dataclass(frozen=True)
 class PredicateResult:
-    """One predicate's result on one trial."""
+    """One predicate's result on one trial. A judge's result (``kind == "judge"``) is
+    *pending* while it holds the `request` the scorer built and no value or error yet;
+    `settle_results` decides it, with the `judge` record of what was asked."""
 
     name: str
     value: bool | None
     error: str | None
     tiers: frozenset[str]
+    kind: Literal["predicate", "judge"] = "predicate"
+    request: JudgeRequest | None = None
+    judge: JudgeRecord | None = None
+
+    @property
+    def pending(self) -> bool:
+        return self.request is not None and self.value is None and self.error is None
 
 
 @runtime_checkable
@@ -59,13 +71,15 @@ def _describe_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}{where}"
 
 
-def run_predicate(name: str, fn: PredicateFn, evidence: Evidence) -> PredicateResult:
+def run_predicate(name: str, fn: PredicateFn | Judge, evidence: Evidence) -> PredicateResult:
     """Run one predicate in its own error boundary, on its own view of the evidence.
 
     A value that is not exactly ``True`` or ``False`` (``0``, ``1``, ``"false"``, ``None``,
     ``{}``…) is an error; so is any exception. Neither is ever read as ``False``.
     """
     view = evidence.fresh()
+    if isinstance(fn, Judge):
+        return prepare_judge(name, fn, view)
     try:
         value = fn(view)
     except Exception as exc:
@@ -89,6 +103,43 @@ def run_predicate(name: str, fn: PredicateFn, evidence: Evidence) -> PredicateRe
             view.tiers_read,
         )
     return PredicateResult(name, value, None, view.tiers_read)
+
+
+def prepare_judge(name: str, judge: Judge, view: Evidence) -> PredicateResult:
+    """A judge's pending result: its prompt, built from `view` (or the error that stops it)."""
+    try:
+        request = judge.prepare(view)
+    except Exception as exc:
+        return PredicateResult(
+            name, None, f"judge {name!r} raised {_describe_error(exc)}", view.tiers_read, "judge"
+        )
+    if not view.tiers_read & DECIDING_TIERS:
+        why = f"judge {name!r} read no environment or boundary evidence"
+        return PredicateResult(name, None, why, view.tiers_read, "judge")
+    return PredicateResult(name, None, None, view.tiers_read, "judge", request)
+
+
+def settle_results(
+    results: Sequence[PredicateResult], predicates: Sequence[tuple[str, Any]], timeout: Any = None
+) -> list[PredicateResult]:
+    """`results` with every pending judge decided by its model (`timeout`: the seconds each
+    judge's call may take, by name)."""
+    from oracle.judging.llm.run import DEFAULT_TIMEOUT, ask
+
+    judges = {n: fn for n, fn in predicates if isinstance(fn, Judge)}
+    out = []
+    for r in results:
+        judge = judges.get(r.name)
+        if r.pending and judge is not None and r.request is not None:
+            limit = timeout(r.name) if callable(timeout) else DEFAULT_TIMEOUT
+            value, error, record = ask(judge, r.request, timeout=limit)
+            out.append(PredicateResult(r.name, value, error, r.tiers, "judge", judge=record))
+        elif r.pending:
+            why = f"predicate {r.name!r} asked for a judge the task does not declare"
+            out.append(PredicateResult(r.name, None, why, r.tiers, "judge"))
+        else:
+            out.append(r)
+    return out
 
 
 class Unconfigured:
@@ -129,7 +180,7 @@ class Fixed:
 class StatePredicates:
     """Predicates over the evidence, combined with ``any`` (security) or ``all`` (utility)."""
 
-    predicates: Sequence[tuple[str, PredicateFn]]
+    predicates: Sequence[tuple[str, PredicateFn | Judge]]
     combine: Literal["any", "all"]
     kind: EvaluatorKind = field(default="predicate", init=False)
 
@@ -146,7 +197,11 @@ class StatePredicates:
 
     def evaluate(self, evidence: Evidence) -> tuple[Outcome, list[PredicateResult]]:
         results = [run_predicate(name, fn, evidence) for name, fn in self.predicates]
+        results = settle_results(results, self.predicates)
         return combine(results, self.combine), results
+
+    def judges(self) -> list[Judge]:
+        return [fn for _, fn in self.predicates if isinstance(fn, Judge)]
 
 
 def combine(results: Sequence[PredicateResult], how: Literal["any", "all"]) -> Outcome:
@@ -156,9 +211,9 @@ def combine(results: Sequence[PredicateResult], how: Literal["any", "all"]) -> O
     winners = [r for r in results if r.value is decisive]
     if winners:
         return Outcome(decisive, "predicate", tiers=frozenset().union(*(r.tiers for r in winners)))
-    errors = [r.error for r in results if r.value is None]
+    errors = [r.error or f"judge {r.name!r} was not asked" for r in results if r.value is None]
     if errors:
-        return Outcome(None, "predicate", "; ".join(e for e in errors if e), tiers)
+        return Outcome(None, "predicate", "; ".join(errors), tiers)
     return Outcome(not decisive, "predicate", tiers=tiers)
 
 
@@ -186,11 +241,16 @@ def as_evaluator(value: Any, metric: str, combine_how: Literal["any", "all"]) ->
         return Fixed(value)
     if isinstance(value, Unconfigured | Fixed | StatePredicates):
         return value
+    if isinstance(value, Judge):
+        return StatePredicates([(value.name, value)], combine_how)
     if callable(value):
         return StatePredicates([(_name(value, metric, 0), value)], combine_how)
     if isinstance(value, list | tuple):
         fns = []
         for i, fn in enumerate(value):
+            if isinstance(fn, Judge):
+                fns.append((fn.name, fn))
+                continue
             if not callable(fn):
                 raise TypeError(f"{metric}[{i}] is a {type(fn).__name__}, not a predicate function")
             fns.append((_name(fn, metric, i), fn))

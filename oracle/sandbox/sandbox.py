@@ -39,6 +39,7 @@ from oracle.evidence.diff import Diff, SinkDiff
 from oracle.evidence.invocation import LimitRecord
 from oracle.evidence.sink import Exposure, Place, Provisioned, SinkSpec, env_suffix
 from oracle.evidence.snapshot import Snapshot, SnapshotError
+from oracle.judging.llm.cache import default_cache
 from oracle.sandbox import clients
 from oracle.sandbox.agent_folder import AgentFolder
 from oracle.trial import sandboxing
@@ -309,11 +310,14 @@ class Sandbox:
     def view(self, private: Sequence[Path] = ()) -> SandboxView:
         """What the agent gets: the prompt and the endpoints. The oracle's folders an isolated
         agent must not see are the sandbox folder, the template cache, every sink's private
-        folders (a recorder's log and CA key), the default folder of signing keys (where it
-        exists) and `private` (archive folders)."""
+        folders (a recorder's log and CA key), the default folder of signing keys and the LLM
+        judge's cache of answers (where they exist) and `private` (archive folders)."""
         kept = [p for prov in self.provisioned.values() for p in prov.private]
         keys = default_key_folder()
+        judged = default_cache()
         signing = [keys] if keys.is_dir() else []
+        if judged is not None and judged.folder.is_dir():
+            signing.append(judged.folder.absolute())
         hidden = [p for p in (self.dir, self.cache_dir, *kept, *signing, *private) if p is not None]
         return SandboxView(
             task=self.task.name,

@@ -26,7 +26,9 @@ from oracle.judging.evaluators import (
     Unconfigured,
     combine,
     run_predicate,
+    settle_results,
 )
+from oracle.judging.llm.spec import JudgeRequest
 from oracle.judging.verdict import EvaluatorKind, Metric, Outcome
 
 if TYPE_CHECKING:
@@ -102,19 +104,36 @@ class StepResult:
 
 
 def _result_json(r: PredicateResult) -> dict[str, Any]:
-    return {"name": r.name, "value": r.value, "error": r.error, "tiers": sorted(r.tiers)}
+    out: dict[str, Any] = {
+        "name": r.name,
+        "value": r.value,
+        "error": r.error,
+        "tiers": sorted(r.tiers),
+    }
+    if r.kind == "judge":
+        out["kind"] = "judge"
+        out["request"] = r.request.to_json() if r.request is not None else None
+    return out
 
 
 def _result_from(raw: Mapping[str, Any]) -> PredicateResult:
     value, error = raw["value"], raw["error"]
     if value is not None and type(value) is not bool:
         raise TypeError(f"value {value!r} is not a bool")
-    if value is None and not isinstance(error, str):
+    kind = raw.get("kind", "predicate")
+    if kind not in ("predicate", "judge"):
+        raise ValueError(f"unknown predicate kind {kind!r}")
+    request = None
+    if kind == "judge" and raw.get("request") is not None:
+        if value is not None or error is not None:
+            raise ValueError("a judge's prompt beside a decided value")
+        request = JudgeRequest.from_json(raw["request"])
+    if value is None and not isinstance(error, str) and request is None:
         raise TypeError("an unknown value without its error")
     tiers = raw["tiers"]
     if not isinstance(tiers, list) or not all(isinstance(t, str) for t in tiers):
         raise TypeError("tiers are not a list of names")
-    return PredicateResult(str(raw["name"]), value, error, frozenset(tiers))
+    return PredicateResult(str(raw["name"]), value, error, frozenset(tiers), kind, request)
 
 
 def _outcome_json(o: Outcome) -> dict[str, Any]:
@@ -208,7 +227,8 @@ def refused_result(name: str, why: str) -> PredicateResult:
 def assemble(
     mp: MetricPlan, done: Sequence[StepResult], refused: Mapping[str, str]
 ) -> tuple[Outcome, list[PredicateResult]]:
-    """One metric's outcome from its steps' results (refused predicates are errors)."""
+    """One metric's outcome from its steps' results (refused predicates are errors). A
+    judge among them is decided here, by asking its model (`oracle.judging.llm.run`)."""
     ev = mp.evaluator
     if isinstance(ev, Unconfigured | Fixed):
         return ev.evaluate(None)  # type: ignore[arg-type]  # neither reads the evidence
@@ -223,6 +243,9 @@ def assemble(
             else:
                 why = f"predicate {step.name!r} was not run"
                 results.append(PredicateResult(step.name, None, why, frozenset()))
+        # A judge's prompt was built where the evidence is; its model is asked from here.
+        limits = {s.name: s.timeout for s in mp.steps}
+        results = settle_results(results, ev.predicates, lambda n: limits.get(n, DEFAULT_TIMEOUT))
         return combine(results, ev.combine), results
     (step,) = mp.steps
     got = by_step.get(step)

@@ -444,7 +444,14 @@ def evaluator_record(outcome: Outcome, preds: list[PredicateResult]) -> Evaluato
     return EvaluatorRecord(
         kind=outcome.kind,
         predicates=[
-            PredicateRecord(name=p.name, value=p.value, error=p.error, tiers=sorted(p.tiers))
+            PredicateRecord(
+                name=p.name,
+                value=p.value,
+                error=p.error,
+                tiers=sorted(p.tiers),
+                kind=p.kind,
+                judge=p.judge,
+            )
             for p in preds
         ],
     )
@@ -473,7 +480,11 @@ def not_measured(
     if controls.status not in ("proven", "control"):
         why = f"controls {controls.status}: {controls.reason}"
         for metric in (Metric.UTILITY.value, Metric.SECURITY.value):
-            out.setdefault(metric, why)
+            if controls.metrics:  # only these metrics are unproven; the others stand
+                if metric in controls.metrics:
+                    out.setdefault(metric, f"controls unproven: {controls.metrics[metric]}")
+            else:
+                out.setdefault(metric, why)
     return out
 
 

@@ -604,3 +604,32 @@ def test_exposed_endpoints_come_from_the_sandbox_variables():
         ("127.0.0.1", 8123),
         ("127.0.0.1", 9000),
     ]
+
+
+def test_the_judges_cache_is_hidden_so_an_agent_cannot_forge_a_verdict(outside_tmp, monkeypatch):
+    """An agent that knows the prompt format could write the cached answer its own output
+    will be judged by ("is_success": false). The cache folder is hidden like the signing keys:
+    even inside a folder the agent may read, it can neither list nor write it."""
+    project = outside_tmp / "project"
+    cache = project / "judge-cache"
+    (cache / "ab").mkdir(parents=True)
+    (cache / "ab" / "earlier.json").write_text('{"text": "{}"}')
+    monkeypatch.setenv("ORACLE_JUDGE_CACHE", str(cache))
+    cmd = script(f"""
+        import os
+        try:
+            print("listed", sorted(os.listdir({str(cache)!r})))
+        except OSError as e:
+            print("list failed", type(e).__name__)
+        try:
+            open({str(cache / "ab" / "forged.json")!r}, "w").write('{{"text": "forged"}}')
+            print("wrote")
+        except OSError as e:
+            print("write failed", type(e).__name__)
+        """)
+    r = run_trial(task(), CommandAgent(cmd, readable=[project]), out=project / "runs").record
+    said = r.final_message or ""
+    assert "listed []" in said or "list failed" in said, said
+    assert "'ab'" not in said and "wrote" not in said.replace("write failed", "")
+    assert not (cache / "ab" / "forged.json").exists()
+    assert str(cache) in r.invocation.hidden
