@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from oracle.authoring.task import Task
 from oracle.authoring.versions import task_digest
 from oracle.evidence.record import ControlsStatus
+from oracle.judging.llm.calibration import JudgeCalibration
 
 
 class PredicateProof(BaseModel):
@@ -29,6 +30,7 @@ class PredicateProof(BaseModel):
     predicate: str
     status: Literal["proven", "untested", "trigger-happy", "broken", "unsupported"]
     reason: str
+    kind: Literal["predicate", "judge"] = "predicate"
 
 
 class TaskProof(BaseModel):
@@ -41,6 +43,12 @@ class TaskProof(BaseModel):
     noop_utility_passes: bool = False
     predicates: list[PredicateProof] = Field(default_factory=list)
     problems: list[str] = Field(default_factory=list)
+    #: Metric → why its verdicts are no measurement (absent: that metric is proven).
+    unproven: dict[str, str] = Field(default_factory=dict)
+    #: Each LLM judge's agreement with the controls and labelled examples, and its model.
+    judges: list[JudgeCalibration] = Field(default_factory=list)
+    #: Labelled examples a judge misjudged or could not judge (one line each).
+    misjudged: list[str] = Field(default_factory=list)
 
 
 class ControlsFile(BaseModel):
@@ -102,13 +110,31 @@ def controls_status(task: Task) -> ControlsStatus:
             reason="the task's code or fixtures changed since its controls last ran; "
             "run `oracle controls` again",
         )
-    if not proof.proven:
+    metrics = dict(proof.unproven)
+    for cal in proof.judges:  # a judge is proven with the model it was calibrated with
+        now = model_of_judge(task, cal.metric, cal.judge)
+        if cal.model is not None and now is not None and now != cal.model:
+            metrics.setdefault(
+                cal.metric,
+                f"judge {cal.judge!r} was proven with {cal.model}, and {now} would judge now: "
+                "run `oracle controls` with this model",
+            )
+    if not proof.proven or metrics:
         bad = [
-            f"{p.predicate} is {p.status}"
+            f"{p.predicate} is {p.status}" + (f" ({p.reason})" if p.kind == "judge" else "")
             for p in proof.predicates
             if p.status not in ("proven", "unsupported")
         ]
+        reason = "; ".join(bad + proof.problems) or "; ".join(metrics.values())
         return ControlsStatus(
-            status="unproven", reason="; ".join(bad + proof.problems) or "controls misbehaved"
+            status="unproven", reason=reason or "controls misbehaved", metrics=metrics
         )
     return ControlsStatus(status="proven")
+
+
+def model_of_judge(task: Task, metric: str, name: str) -> str | None:
+    """The model judge `name` of `task` would use now (None: none, or no such judge)."""
+    from oracle.judging.llm.run import judges_of, model_of
+
+    found = [j for m, j in judges_of(task) if m == metric and j.name == name]
+    return model_of(found[0]) if found else None

@@ -297,6 +297,7 @@ def run_all_controls(
             report.statuses.extend(one.statuses)
             report.errors.extend(one.errors)
             report.flags.extend(one.flags)
+            report.judges.extend(one.judges)
             progress.advance(bar, len(controls_of(task)))
     return report
 

@@ -142,7 +142,34 @@ def controls_tables(report: ControlsReport) -> list[Table]:
         )
     for task, why in sorted(report.skipped.items()):
         preds.add_row(task, "—", "—", Text("not judged", style="yellow"), Text(why, style="yellow"))
-    return [runs, preds]
+    tables = [runs, preds]
+    if report.judges:
+        tables.append(judges_table(report))
+    return tables
+
+
+def judges_table(report: ControlsReport) -> Table:
+    """Each LLM judge's agreement with the controls and labelled examples, as counts."""
+    table = Table(title="Judges", title_justify="left")
+    columns = ("task", "metric", "judge", "model", "sensitivity", "specificity", "examples")
+    for col in (*columns, "unknown"):
+        table.add_column(col)
+
+    def counts(a: Any) -> str:
+        return f"{a.agreed}/{a.of}" if a.of else "—"
+
+    for c in report.judges:
+        table.add_row(
+            c.task,
+            c.metric.split("_")[0],
+            c.judge,
+            c.model or Text("none configured", style="yellow"),
+            counts(c.sensitivity),
+            counts(c.specificity),
+            counts(c.examples),
+            str(c.unknown),
+        )
+    return table
 
 
 def explain_panel(run: ControlRun) -> Panel:
@@ -171,6 +198,11 @@ def explain_panel(run: ControlRun) -> Panel:
                 f"{metric.split('_')[0]} predicate {name}: {'fired' if value else 'silent'}"
             )
         lines.append(text)
+        judged = [p.judge for p in run.result.predicates.get(metric, []) if p.name == name]
+        if judged and judged[0] is not None and judged[0].reasoning:
+            j = judged[0]
+            model = j.model or j.configured or "no model"
+            lines.append(Text(f"  the judge ({model}) reasoned: {j.reasoning}", style="dim"))
     changes = 0
     for sink, d in run.record.diff.items():
         sink_lines = _change_lines(d)

@@ -33,8 +33,11 @@ from typing import Literal
 from oracle.authoring.control_status import PredicateProof, TaskProof, save_proof
 from oracle.authoring.task import Control, Task
 from oracle.authoring.versions import task_digest
+from oracle.controls.judges import NO_MODEL, better_than_chance, calibrate, no_model
 from oracle.evidence.record import Cell, ControlsStatus, TrialRecord
 from oracle.judging.evaluators import unsupported_predicates
+from oracle.judging.llm.calibration import JudgeCalibration
+from oracle.judging.llm.run import judges_of
 from oracle.judging.verdict import Metric
 from oracle.scoring.scorer import Scorer
 from oracle.trial.agent import CallableAgent, noop
@@ -65,36 +68,44 @@ class ControlRun:
     @property
     def behaved(self) -> bool:
         """Whether the trial's verdicts are what the control promises."""
+        return not self.misbehaved()
+
+    def misbehaved(self) -> dict[str, str]:
+        """Metric → how the trial's verdict broke the control's promise (empty: it kept it).
+        A run that broke misbehaves on both metrics."""
         r = self.record
         if r.error is not None:
-            return False
+            return {Metric.SECURITY.value: r.error, Metric.UTILITY.value: r.error}
+        out: dict[str, str] = {}
         if r.security_breached is not self.expected_security:
-            return False
+            why = r.evaluation_errors.get("security_breached")
+            got = "unknown" if r.security_breached is None else str(r.security_breached).lower()
+            want = str(self.expected_security).lower()
+            out[Metric.SECURITY.value] = f"breached {got}, promised {want}" + (
+                f": {why}" if why else ""
+            )
         utility = r.evaluators.get("utility_achieved")
         if (
             self.control.utility is None
             or not r.measured("utility_achieved")
             or (utility is not None and utility.kind == "unconfigured")
         ):
-            return True  # nothing promised, or nothing a run can test (assertion, no evaluator)
-        return r.utility_achieved is self.control.utility
+            return out  # nothing promised, or nothing a run can test (assertion, no evaluator)
+        if r.utility_achieved is not self.control.utility:
+            why = r.evaluation_errors.get("utility_achieved")
+            got = "unknown" if r.utility_achieved is None else str(r.utility_achieved).lower()
+            want = str(self.control.utility).lower()
+            out[Metric.UTILITY.value] = f"utility {got}, promised {want}" + (
+                f": {why}" if why else ""
+            )
+        return out
 
     def why_not(self) -> str:
         """Why the control misbehaved, in a line ("" when it behaved)."""
-        if self.behaved:
-            return ""
         r = self.record
         if r.error is not None:
             return r.error
-        if r.security_breached is not self.expected_security:
-            why = r.evaluation_errors.get("security_breached")
-            got = "unknown" if r.security_breached is None else str(r.security_breached).lower()
-            want = str(self.expected_security).lower()
-            return f"breached {got}, promised {want}" + (f": {why}" if why else "")
-        why = r.evaluation_errors.get("utility_achieved")
-        got = "unknown" if r.utility_achieved is None else str(r.utility_achieved).lower()
-        want = str(self.control.utility).lower()
-        return f"utility {got}, promised {want}" + (f": {why}" if why else "")
+        return "; ".join(self.misbehaved().values())
 
 
 @dataclass
@@ -104,6 +115,7 @@ class PredicateStatus:
     predicate: str
     status: Status
     reason: str
+    kind: Literal["predicate", "judge"] = "predicate"
 
 
 @dataclass
@@ -114,6 +126,8 @@ class ControlsReport:
     flags: list[str] = field(default_factory=list)
     #: Tasks whose controls were not run (a server they need is down), and why.
     skipped: dict[str, str] = field(default_factory=dict)
+    #: Each LLM judge's agreement with the controls and its labelled examples.
+    judges: list[JudgeCalibration] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -175,8 +189,52 @@ def run_controls(
     return runs, None
 
 
-def classify(task: Task, runs: Sequence[ControlRun]) -> list[PredicateStatus]:
-    """The status of every predicate of `task` given its control runs."""
+def classify(
+    task: Task,
+    runs: Sequence[ControlRun],
+    calibrations: Sequence[JudgeCalibration] = (),
+) -> list[PredicateStatus]:
+    """The status of every predicate of `task` given its control runs; a judge's also by
+    its `calibrations` (`oracle.controls.judges`)."""
+    out = _classify(task, runs)
+    judged = {(m, j.name) for m, j in judges_of(task)}
+    cal = {(c.metric, c.judge): c for c in calibrations}
+    for i, s in enumerate(out):
+        if (s.metric, s.predicate) not in judged:
+            continue
+        key = f"{s.metric}:{s.predicate}"
+        status, reason = s.status, s.reason
+        if no_model({k: v for r in runs for k, v in r.errors.items()}, key):
+            status, reason = "untested", f"{NO_MODEL}: its controls could not ask it"
+        elif status == "proven":
+            c = cal.get((s.metric, s.predicate))
+            why = better_than_chance(c) if c is not None else "it was not calibrated"
+            if why:
+                status, reason = "untested", why
+            else:
+                assert c is not None
+                reason += (
+                    f" (model {c.model}; sensitivity {c.sensitivity.agreed}/{c.sensitivity.of},"
+                    f" specificity {c.specificity.agreed}/{c.specificity.of})"
+                )
+        out[i] = PredicateStatus(s.task, s.metric, s.predicate, status, reason, "judge")
+    return out
+
+
+def calibrate_judges(
+    task: Task, runs: Sequence[ControlRun]
+) -> tuple[list[JudgeCalibration], list[str]]:
+    """Every judge of `task` calibrated on `runs` and its labelled examples, and the
+    examples it misjudged (each a line naming the judge)."""
+    cals, problems = [], []
+    for metric, judge in judges_of(task):
+        cal, wrong = calibrate(task, metric, judge, runs)
+        cals.append(cal)
+        problems += [f"judge {judge.name!r} on {w}" for w in wrong]
+    return cals, problems
+
+
+def _classify(task: Task, runs: Sequence[ControlRun]) -> list[PredicateStatus]:
     out: list[PredicateStatus] = []
     for metric, ev in (
         (Metric.SECURITY, task.security_evaluator),
@@ -248,7 +306,9 @@ def prove(
     if error:
         report.errors.append(error)
     report.runs.extend(runs)
-    report.statuses.extend(classify(task, runs))
+    cals, misjudged = calibrate_judges(task, runs) if runs else ([], [])
+    report.judges.extend(cals)
+    report.statuses.extend(classify(task, runs, cals))
     noop_runs = [r for r in runs if r.control.name == NOOP.name]
     measured = task.utility_evaluator.kind == "predicate"  # an assertion is not judged by runs
     if measured and any(r.record.utility_achieved is True for r in noop_runs):
@@ -265,14 +325,40 @@ def prove(
                 noop_utility_passes=bool(report.flags),
                 predicates=[
                     PredicateProof(
-                        metric=s.metric, predicate=s.predicate, status=s.status, reason=s.reason
+                        metric=s.metric,
+                        predicate=s.predicate,
+                        status=s.status,
+                        reason=s.reason,
+                        kind=s.kind,
                     )
                     for s in report.statuses
                 ],
                 problems=problems,
+                unproven=unproven_metrics(report),
+                judges=cals,
+                misjudged=misjudged,
             ),
         )
     return report
+
+
+def unproven_metrics(report: ControlsReport) -> dict[str, str]:
+    """Metric → why its verdicts are no measurement by these controls (absent: proven). A
+    control that misbehaved on one metric leaves the other measured."""
+    why: dict[str, list[str]] = {}
+    everything = [Metric.UTILITY.value, Metric.SECURITY.value]
+    for e in report.errors:
+        for m in everything:
+            why.setdefault(m, []).append(e)
+    for f in report.flags:
+        why.setdefault(Metric.UTILITY.value, []).append(f)
+    for s in report.statuses:
+        if s.status not in ("proven", "unsupported"):
+            why.setdefault(s.metric, []).append(f"{s.predicate} is {s.status} ({s.reason})")
+    for r in report.runs:
+        for m, how in r.misbehaved().items():
+            why.setdefault(m, []).append(f"control {r.control.name!r} misbehaved: {how}")
+    return {m: "; ".join(v) for m, v in sorted(why.items())}
 
 
 def controls_report(
@@ -290,4 +376,5 @@ def controls_report(
         report.statuses.extend(one.statuses)
         report.errors.extend(one.errors)
         report.flags.extend(one.flags)
+        report.judges.extend(one.judges)
     return report

@@ -22,7 +22,8 @@ from oracle.base.signing import (
     sha256_hex,
     statement,
 )
-from oracle.controls.run import Status, classify, run_controls
+from oracle.controls.run import Status, calibrate_judges, classify, run_controls
+from oracle.judging.llm.calibration import JudgeCalibration
 from oracle.matrix.cell_archive import Rejected, read_signed_file, write_signed
 
 FOLDER = "controls"
@@ -40,6 +41,7 @@ class PredicateControl(BaseModel):
     predicate: str
     status: Status
     reason: str
+    kind: Literal["predicate", "judge"] = "predicate"
 
 
 class ControlRunSummary(BaseModel):
@@ -61,6 +63,10 @@ class ControlsRecord(BaseModel):
     task_digest: str
     predicates: list[PredicateControl] = Field(default_factory=list)
     runs: list[ControlRunSummary] = Field(default_factory=list)
+    judges: list[JudgeCalibration] = Field(
+        default_factory=list,
+        description="each LLM judge's agreement with the controls and labelled examples",
+    )
     error: str | None = Field(None, description="the controls could not run at all")
 
     def status(self, metric: str) -> tuple[bool, str]:
@@ -84,13 +90,18 @@ def file_name(task: str) -> str:
 def run_task_controls(task: Task) -> ControlsRecord:
     """Run and classify the controls of `task`."""
     runs, error = run_controls(task)
-    statuses = classify(task, runs) if not error else []
+    cals = calibrate_judges(task, runs)[0] if not error else []
+    statuses = classify(task, runs, cals) if not error else []
     return ControlsRecord(
         task=task.name,
         task_digest=task_digest(task),
         predicates=[
             PredicateControl(
-                metric=str(s.metric), predicate=s.predicate, status=s.status, reason=s.reason
+                metric=str(s.metric),
+                predicate=s.predicate,
+                status=s.status,
+                reason=s.reason,
+                kind=s.kind,
             )
             for s in statuses
         ],
@@ -100,6 +111,7 @@ def run_task_controls(task: Task) -> ControlsRecord:
             )
             for r in runs
         ],
+        judges=cals,
         error=error,
     )
 
