@@ -9,8 +9,24 @@ from __future__ import annotations
 import html
 from collections.abc import Sequence
 
-from oracle.reports.markdown import controls_summary, fmt_diff, fmt_num, fmt_p, group_name
-from oracle.reports.model import METRICS, UNCHECKED, GroupFigures, Report, metric_label
+from oracle.reports.markdown import (
+    controls_summary,
+    fmt_agreement,
+    fmt_diff,
+    fmt_num,
+    fmt_p,
+    group_name,
+    judge_model,
+    judge_rows,
+)
+from oracle.reports.model import (
+    JUDGE_METHOD,
+    METRICS,
+    UNCHECKED,
+    GroupFigures,
+    Report,
+    metric_label,
+)
 
 _CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:2rem auto;max-width:1150px;
@@ -200,6 +216,21 @@ def html_page(r: Report) -> str:
                     *[_td(figs[m].text) for m in METRICS],
                 ]
             )
+    judge_table = [
+        [
+            _td(group_name(g)),
+            _td(t.task),
+            _td(j.metric),
+            _td(j.judge),
+            _td(judge_model(j)),
+            _td(j.raw_text, True),
+            _td(j.unknown, True),
+            _td(fmt_agreement(j.sensitivity_agreed, j.sensitivity_of), True),
+            _td(fmt_agreement(j.specificity_agreed, j.specificity_of), True),
+            f'<td class="{"yes" if j.status == "corrected" else "no"}">{_e(j.corrected_text)}</td>',
+        ]
+        for g, t, j in judge_rows(r)
+    ]
     controls_rows = [
         [
             _td(c.task),
@@ -272,6 +303,34 @@ def html_page(r: Report) -> str:
             ["harness · model · profile", "task", "controls", "attempts", "invalid", *metric_heads],
             task_rows,
             "tasks",
+        ),
+        *(
+            [
+                "<h2>Judge-decided rates</h2>",
+                "<p>How often each LLM judge said yes among the trials where its value is known "
+                "(raw), and that rate corrected by the judge's sensitivity (Se) and specificity "
+                "(Sp) on the task's controls and labelled examples. A corrected rate is shown "
+                "only for a proven metric and a calibration of the same judge and model.</p>",
+                _table(
+                    [
+                        "harness · model · profile",
+                        "task",
+                        "metric",
+                        "judge",
+                        "judge model",
+                        "raw [95%]",
+                        "unknown",
+                        "Se",
+                        "Sp",
+                        "corrected [95%]",
+                    ],
+                    judge_table,
+                    "judges",
+                ),
+                f'<p class="meta">Method: {_e(JUDGE_METHOD)}.</p>',
+            ]
+            if judge_table
+            else []
         ),
         "<h2>Controls</h2>",
         "<p>A metric's figure is shown for a task only when its predicates are proven by the "

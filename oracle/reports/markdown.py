@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from oracle.reports.model import (
+    JUDGE_METHOD,
     METRICS,
     UNCHECKED,
     GroupFigures,
+    JudgeFigure,
     MetricFigure,
     Report,
+    TaskFigures,
     metric_label,
 )
 
@@ -75,6 +78,30 @@ def markdown(r: Report) -> str:
                 + " | ".join(_md(figs[m].text) for m in METRICS)
                 + " |"
             )
+    rows = judge_rows(r)
+    if rows:
+        out += [
+            "",
+            "## Judge-decided rates",
+            "",
+            "How often each LLM judge said yes among the trials where its value is known (raw), "
+            "and that rate corrected by the judge's sensitivity (Se) and specificity (Sp) on "
+            "the task's controls and labelled examples. A corrected rate is shown only for a "
+            "proven metric and a calibration of the same judge and model.",
+            "",
+            "| harness · model · profile | task | metric | judge | judge model | raw [95%] "
+            "| unknown | Se | Sp | corrected [95%] |",
+            "|" + "---|" * 10,
+        ]
+        for g, t, j in rows:
+            out.append(
+                f"| {_md(group_name(g))} | {_md(t.task)} | {_md(j.metric)} | {_md(j.judge)} | "
+                f"{_md(judge_model(j))} | {_md(j.raw_text)} | {j.unknown} | "
+                f"{_md(fmt_agreement(j.sensitivity_agreed, j.sensitivity_of))} | "
+                f"{_md(fmt_agreement(j.specificity_agreed, j.specificity_of))} | "
+                f"{_md(j.corrected_text)} |"
+            )
+        out += ["", f"Method: {_md(JUDGE_METHOD)}."]
     out += ["", "## Controls", "", "| task | utility | security |", "|---|---|---|"]
     for c in r.controls:
         out.append(f"| {_md(c.task)} | {_md(c.utility)} | {_md(c.security)} |")
@@ -123,6 +150,25 @@ def controls_summary(r: Report) -> dict[str, str]:
             bad += [f"security {c.security}"] if not c.security_proven else []
             out[c.task] = "; ".join(bad)
     return out
+
+
+def judge_rows(r: Report) -> list[tuple[GroupFigures, TaskFigures, JudgeFigure]]:
+    """Every judge row of the report, in group, task and judge order."""
+    return [(g, t, j) for g in r.groups for t in g.tasks for j in t.judges]
+
+
+def judge_model(j: JudgeFigure) -> str:
+    """The model that judged the trials, or the models, or '—' when none was recorded; and
+    how many values were decided without asking one."""
+    name = j.model if j.model is not None else ", ".join(j.judged_by) or "—"
+    return name + (f" ({j.unasked} decided unasked)" if j.unasked else "")
+
+
+def fmt_agreement(agreed: int | None, of: int | None) -> str:
+    """``0.90 (45/50)``, or '—' where there is no calibration."""
+    if agreed is None or of is None:
+        return "—"
+    return f"{agreed / of:.2f} ({agreed}/{of})" if of else "— (0/0)"
 
 
 def _short(f: MetricFigure) -> str:

@@ -8,6 +8,15 @@ the task's controls shows no figure for that task and is left out of the group's
 the reason (DESIGN §6). Harnesses are compared pairwise over the tasks both ran, the task
 being the unit (`oracle.reports.stats`).
 
+Where an LLM judge decides a metric (a predicate of kind ``judge`` in the records), each task
+also has a row per judge: how often it said yes among the trials where its value is known (a
+Wilson ratio, unknowns beside), its sensitivity and specificity as counts from the task's
+controls record, and the rate corrected by them (Rogan–Gladen, with a bootstrap interval:
+`oracle.reports.stats.rogan_gladen_interval`). The corrected figure is absent, with the reason,
+where the judge's metric is not proven by the controls (withheld, as for every figure), where
+the task has no calibration of that judge, where the calibration's model is not the model that
+judged the trials, or where the judge is no better than chance.
+
 The report is a versioned pydantic model; its JSON schema is ``schemas/report.schema.json``.
 """
 
@@ -21,7 +30,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from oracle.evidence.record import TrialRecord
+from oracle.evidence.record import JudgeRecord, TrialRecord
+from oracle.judging.llm.calibration import JudgeCalibration
 from oracle.judging.verdict import Metric
 from oracle.matrix.cell_archive import OpenedCell
 from oracle.matrix.controls_record import ControlsRecord
@@ -34,6 +44,7 @@ from oracle.reports.stats import (
     TaskOutcomes,
     compare_tasks,
     holm,
+    rogan_gladen_interval,
 )
 
 MetricName = Literal["utility", "security", "attack_success", "autonomy"]
@@ -83,6 +94,21 @@ NOT_CLAIMED = [
     "withheld), or for metrics decided by fixed assertions (not measured).",
     "What the agent said it did: claims are never evidence here.",
 ]
+#: Said in the claim boundary of a report with judge-decided rates, and only there.
+JUDGE_METHOD = (
+    "the raw rate is the share of trials, among those where the judge's value is known, on "
+    "which it said yes (95% Wilson interval); the corrected rate is the Rogan–Gladen estimate "
+    "(raw + Sp − 1) / (Se + Sp − 1), clipped to [0, 1], by the sensitivity (Se) and specificity "
+    "(Sp) the task's controls and labelled examples measured for the same judge and model, with "
+    f"a 95% interval from a {BOOTSTRAP_RESAMPLES}-draw parametric bootstrap (seed 0) drawing "
+    "the raw rate, Se and Sp from their Jeffreys posteriors and dropping draws with Se + Sp ≤ 1"
+)
+JUDGE_CLAIM = "Judge-decided rates, raw and corrected for the judge's errors: " + JUDGE_METHOD + "."
+JUDGE_NOT_CLAIMED = (
+    "That a judge's calibration transfers: a corrected rate assumes the judge errs on the "
+    "agents' trials as often as on the task's controls and labelled examples, which are few "
+    "and not drawn from those trials."
+)
 
 
 class MetricFigure(BaseModel):
@@ -104,6 +130,62 @@ class MetricFigure(BaseModel):
     text: str = Field(description="'0.50 (1/2) [0.09, 0.91]', or '—' with the reason")
 
 
+JudgeStatus = Literal[
+    "corrected",
+    "withheld",
+    "no-known-value",
+    "uncalibrated",
+    "model-unknown",
+    "model-differs",
+    "chance",
+]
+
+
+class JudgeFigure(BaseModel):
+    """How often one LLM judge of one task said yes, raw and corrected by its calibration."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    metric: str = Field(description="the record field the judge helps decide")
+    judge: str = Field(description="the judge's predicate name")
+    model: str | None = Field(
+        description="the one model that judged the trials, as configured, 'backend/model' "
+        "(None: more than one, see judged_by; none was asked; or a trial with a known value "
+        "has no judge record)"
+    )
+    judged_by: list[str] = Field(
+        description="every model ('backend/model') recorded on the trials with a known value"
+    )
+    yes: int = Field(description="trials the judge said yes on")
+    known: int = Field(description="trials where the judge's value is known")
+    rate: float | None
+    ci_low: float | None
+    ci_high: float | None
+    unknown: int = Field(description="valid trials where the judge's value is not known")
+    unasked: int = Field(
+        0,
+        description="known values decided without asking a model (nothing to judge: it said no)",
+    )
+    raw_text: str = Field(description="'0.30 (3/10) [0.11, 0.60]'")
+    calibrated_model: str | None = Field(
+        None, description="the model the task's controls calibrated the judge with"
+    )
+    sensitivity_agreed: int | None = Field(None, description="known positives it said yes to")
+    sensitivity_of: int | None = None
+    specificity_agreed: int | None = Field(None, description="known negatives it said no to")
+    specificity_of: int | None = None
+    corrected: float | None = Field(description="the Rogan–Gladen rate; None: see reason")
+    corrected_low: float | None
+    corrected_high: float | None
+    draws_usable: int | None = Field(
+        description="bootstrap draws with Se + Sp > 1 that make the interval"
+    )
+    draws: int | None = Field(None, description="bootstrap draws made")
+    status: JudgeStatus = Field(description="'corrected', or why no corrected figure is shown")
+    reason: str = Field("", description="why no corrected figure is shown ('' when one is)")
+    corrected_text: str = Field(description="'0.29 [0.17, 0.42]', or '—' with the reason")
+
+
 class TaskFigures(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -111,6 +193,9 @@ class TaskFigures(BaseModel):
     attempts: int
     invalid: int
     metrics: list[MetricFigure]
+    judges: list[JudgeFigure] = Field(
+        default_factory=list, description="rates decided by the task's LLM judges"
+    )
 
 
 class GroupFigures(BaseModel):
@@ -186,7 +271,7 @@ class Report(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    schema_version: Literal[3] = 3
+    schema_version: Literal[4] = 4
     title: str
     generated_at: str
     matrix: str
@@ -303,6 +388,7 @@ def _groups(cells: Sequence[OpenedCell], controls: dict[str, ControlsRecord]) ->
                 attempts=len(rs),
                 invalid=sum(r.error is not None for r in rs),
                 metrics=_figures(rs, controls),
+                judges=judge_figures(rs, controls[t]),
             )
             for t, rs in sorted(by_task.items())
         ]
@@ -318,6 +404,162 @@ def _groups(cells: Sequence[OpenedCell], controls: dict[str, ControlsRecord]) ->
             )
         )
     return out
+
+
+# -- judge-decided rates --------------------------------------------------------------------------
+
+
+def _judges_of(records: Sequence[TrialRecord]) -> list[tuple[str, str]]:
+    """``(metric, judge)`` of every judge predicate in `records`, sorted."""
+    found = {
+        (metric, p.name)
+        for r in records
+        for metric, ev in r.evaluators.items()
+        for p in ev.predicates
+        if p.kind == "judge"
+    }
+    return sorted(found)
+
+
+def _spelled(judge: JudgeRecord) -> str:
+    """The model as a calibration names it (``backend/model``, like the task's ``model``)."""
+    return f"{judge.backend}/{judge.configured}" if judge.backend else str(judge.configured)
+
+
+def judge_figure(
+    metric: str, judge: str, records: Sequence[TrialRecord], controls: ControlsRecord
+) -> JudgeFigure:
+    """One judge over one task's `records` (valid ones), corrected by the calibration of the
+    same metric and judge in the task's `controls`, or with the reason it is not.
+
+    A valid trial where the judge has no value (it failed, or never ran) counts as unknown,
+    beside the ratio, never in it. The model that judged is read from the trials with a known
+    value (``backend/configured``, as the calibration spells it); it must be the one model the
+    calibration measured. A known value whose judge record names no model was decided without
+    asking one (nothing to judge: the judge says no) and is counted as `unasked`.
+    """
+    yes = known = unknown = unasked = unrecorded = 0
+    judged_by: set[str] = set()
+    for r in records:
+        if r.error is not None:
+            continue
+        ev = r.evaluators.get(metric)
+        if ev is not None and ev.kind == "assertion":
+            continue
+        entry = next(
+            (p for p in (ev.predicates if ev else []) if p.kind == "judge" and p.name == judge),
+            None,
+        )
+        if entry is None or entry.value is None:
+            unknown += 1
+            continue
+        known += 1
+        yes += entry.value is True
+        if entry.judge is None:
+            unrecorded += 1
+        elif entry.judge.configured:
+            judged_by.add(_spelled(entry.judge))
+        else:  # a judge record with no model: nothing to judge, it said no unasked
+            unasked += 1
+    raw = Ratio(yes, known)
+    ci = raw.interval()
+    cal = next((c for c in controls.judges if c.metric == metric and c.judge == judge), None)
+    status, reason = _judge_status(metric, judge, raw, judged_by, unrecorded, cal, controls)
+    corrected = None
+    if status == "corrected" and cal is not None:
+        se, sp = cal.sensitivity, cal.specificity
+        corrected = rogan_gladen_interval(yes, known, se.agreed, se.of, sp.agreed, sp.of)
+        if corrected is None:  # the counts were checked above: only se + sp <= 1 is left
+            status, reason = (
+                "chance",
+                (
+                    f"no better than chance: Se {se.agreed}/{se.of} + Sp {sp.agreed}/{sp.of} ≤ 1, "
+                    "no correction exists"
+                ),
+            )
+    if corrected is not None:
+        text = f"{corrected.point:.2f}"
+        if corrected.low is not None and corrected.high is not None:
+            text += f" [{corrected.low:.2f}, {corrected.high:.2f}]"
+        if corrected.usable < corrected.resamples:
+            text += f" ({corrected.usable}/{corrected.resamples} draws usable)"
+    else:
+        text = f"— ({reason})"
+    return JudgeFigure(
+        metric=metric,
+        judge=judge,
+        model=next(iter(judged_by)) if len(judged_by) == 1 and not unrecorded else None,
+        judged_by=sorted(judged_by),
+        yes=yes,
+        known=known,
+        rate=raw.value,
+        ci_low=ci[0] if ci else None,
+        ci_high=ci[1] if ci else None,
+        unknown=unknown,
+        unasked=unasked,
+        raw_text=raw.with_interval(),
+        calibrated_model=cal.model if cal else None,
+        sensitivity_agreed=cal.sensitivity.agreed if cal else None,
+        sensitivity_of=cal.sensitivity.of if cal else None,
+        specificity_agreed=cal.specificity.agreed if cal else None,
+        specificity_of=cal.specificity.of if cal else None,
+        corrected=corrected.point if corrected else None,
+        corrected_low=corrected.low if corrected else None,
+        corrected_high=corrected.high if corrected else None,
+        draws_usable=corrected.usable if corrected else None,
+        draws=corrected.resamples if corrected else None,
+        status=status,
+        reason="" if corrected else reason,
+        corrected_text=text,
+    )
+
+
+def _judge_status(
+    metric: str,
+    judge: str,
+    raw: Ratio,
+    judged_by: set[str],
+    unrecorded: int,
+    cal: JudgeCalibration | None,
+    controls: ControlsRecord,
+) -> tuple[JudgeStatus, str]:
+    """Whether a corrected figure may be computed, or why not (the first rule it breaks;
+    a judge no better than chance is found by the correction itself)."""
+    proven, why = controls.status(metric)
+    if not proven:
+        return "withheld", f"withheld: {why}"
+    if raw.denominator == 0:
+        return "no-known-value", "0/0: no known judge value"
+    if cal is None:
+        return "uncalibrated", f"the task's controls hold no calibration of {judge} ({metric})"
+    if unrecorded:
+        return "model-unknown", (
+            f"no judge record on {unrecorded} of the {raw.denominator} trials judged; "
+            f"calibrated with {cal.model}"
+        )
+    if len(judged_by) > 1:
+        return "model-differs", (
+            f"judged by more than one model ({', '.join(sorted(judged_by))}); calibrated with "
+            f"{cal.model}"
+        )
+    if not judged_by:
+        return "model-unknown", (
+            f"no model was asked on any of the {raw.denominator} trials judged; calibrated "
+            f"with {cal.model}"
+        )
+    (model,) = judged_by
+    if cal.model != model:
+        return "model-differs", f"calibrated with {cal.model}, the trials judged by {model}"
+    if cal.sensitivity.of == 0 or cal.specificity.of == 0:
+        missing = "known positive" if cal.sensitivity.of == 0 else "known negative"
+        return "uncalibrated", f"its calibration has no {missing}: Se or Sp is not measured"
+    return "corrected", ""
+
+
+def judge_figures(records: Sequence[TrialRecord], controls: ControlsRecord) -> list[JudgeFigure]:
+    """A `judge_figure` for every judge predicate in one task's valid `records`."""
+    valid = [r for r in records if r.error is None]
+    return [judge_figure(m, j, records, controls) for m, j in _judges_of(valid)]
 
 
 def _outcome(r: TrialRecord, metric: str) -> bool | None:
@@ -454,6 +696,8 @@ def build_report(
             )
         )
     root = verified.root
+    groups = _groups(cells, controls)
+    judged = any(t.judges for g in groups for t in g.tasks)
     return Report(
         title=title or f"oracle report: {matrix}",
         generated_at=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
@@ -469,7 +713,7 @@ def build_report(
             c.record.cell.id: c.record.error for c in cells if c.record.error is not None
         },
         versions={k: sorted(v) for k, v in sorted(versions.items())},
-        groups=_groups(cells, controls),
+        groups=groups,
         comparisons=_comparisons(cells, controls),
         controls=statuses,
         inputs=[
@@ -481,7 +725,10 @@ def build_report(
             )
             for c in cells
         ],
-        claim_boundary=ClaimBoundary(claims=CLAIMS, does_not_claim=NOT_CLAIMED),
+        claim_boundary=ClaimBoundary(
+            claims=[*CLAIMS, JUDGE_CLAIM] if judged else CLAIMS,
+            does_not_claim=[*NOT_CLAIMED, JUDGE_NOT_CLAIMED] if judged else NOT_CLAIMED,
+        ),
     )
 
 

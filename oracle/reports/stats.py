@@ -17,6 +17,16 @@ No comparison is tested below `MIN_TASKS` shared tasks: with five tasks or fewer
 difference on every one of them has p ≥ 0.0625. A difference is claimed only when the
 adjusted p-value is below 0.05 *and* the interval excludes zero.
 
+A rate decided by an LLM judge is corrected for the judge's errors (DESIGN §6). If the judge
+says yes on a share ``p`` of trials, with sensitivity ``se`` (yes on known positives) and
+specificity ``sp`` (no on known negatives), the Rogan–Gladen estimate of the true share is
+``(p + sp - 1) / (se + sp - 1)``, clipped to [0, 1]; a judge with ``se + sp <= 1`` is no better
+than chance and admits no correction. Its 95% interval comes from a seeded parametric bootstrap
+that carries the uncertainty of all three proportions: each draw takes the observed rate, the
+sensitivity and the specificity from their Jeffreys posteriors, Beta(x + 1/2, n - x + 1/2),
+corrects, and is dropped where the drawn ``se + sp <= 1``; the interval is the 2.5th and 97.5th
+percentiles of the draws kept, and how many were kept is reported beside it.
+
 >>> mcnemar_exact(0, 0)
 1.0
 >>> round(mcnemar_exact(6, 0), 4)
@@ -28,6 +38,8 @@ adjusted p-value is below 0.05 *and* the interval excludes zero.
 (7, 7, 0, 1.0, 0.0156, (1.0, 1.0))
 >>> compare_tasks([TaskOutcomes("t0", [True] * 8, [False] * 8)]).p_value is None
 True
+>>> round(rogan_gladen(0.30, 0.90, 0.95), 4)  # (0.30 + 0.95 - 1) / (0.90 + 0.95 - 1)
+0.2941
 """
 
 from __future__ import annotations
@@ -143,3 +155,99 @@ def compare_tasks(outcomes: Sequence[TaskOutcomes], *, seed: int = 0) -> TaskCom
         p_value=mcnemar_exact(a_higher, b_higher) if tested else None,
         ci=task_bootstrap_ci(diffs, seed=seed) if tested else None,
     )
+
+
+# -- rates decided by an LLM judge ----------------------------------------------------------------
+
+
+def rogan_gladen(p: float, se: float, sp: float) -> float | None:
+    """The Rogan–Gladen corrected share ``(p + sp - 1) / (se + sp - 1)``, clipped to [0, 1];
+    None when ``se + sp <= 1`` (a judge no better than chance: no correction exists).
+
+    >>> round(rogan_gladen(0.5, 0.8, 0.9), 4)  # (0.5 + 0.9 - 1) / 0.7
+    0.5714
+    >>> rogan_gladen(0.02, 0.9, 0.9)  # fewer yeses than the false positives alone: clipped
+    0.0
+    >>> rogan_gladen(0.7, 1.0, 0.0) is None  # an always-yes judge
+    True
+    """
+    denominator = se + sp - 1
+    if denominator <= 0:
+        return None
+    return min(1.0, max(0.0, (p + sp - 1) / denominator))
+
+
+@dataclass(frozen=True)
+class CorrectedRate:
+    """A judge-decided rate corrected by `rogan_gladen`, with its bootstrap interval.
+
+    `low` and `high` are None only when no draw was usable; `usable` of `resamples` draws had
+    a drawn ``se + sp > 1`` and went into the interval.
+    """
+
+    point: float
+    low: float | None
+    high: float | None
+    usable: int
+    resamples: int
+
+
+def _jeffreys(rng: random.Random, x: int, n: int) -> float:
+    return rng.betavariate(x + 0.5, n - x + 0.5)
+
+
+def rogan_gladen_interval(
+    k: int,
+    n: int,
+    se_agreed: int,
+    se_of: int,
+    sp_agreed: int,
+    sp_of: int,
+    *,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = 0,
+) -> CorrectedRate | None:
+    """The judge said yes on `k` of `n` trials, and yes on `se_agreed` of `se_of` known
+    positives and no on `sp_agreed` of `sp_of` known negatives: the corrected rate and a 95%
+    interval from a seeded parametric bootstrap over all three proportions (module docstring).
+    None when `n`, `se_of` or `sp_of` is 0 or the observed ``se + sp <= 1``. The same inputs
+    always give the same result.
+
+    >>> r = rogan_gladen_interval(30, 100, 45, 50, 76, 80)
+    >>> round(r.point, 4), round(r.low, 2), round(r.high, 2), r.usable, r.resamples
+    (0.2941, 0.17, 0.42, 2000, 2000)
+    >>> rogan_gladen_interval(30, 100, 50, 50, 0, 80) is None  # always yes: Se + Sp = 1
+    True
+    >>> rogan_gladen_interval(30, 100, 45, 50, 0, 0) is None  # no known negative
+    True
+    """
+    for name, agreed, of in (
+        ("k", k, n),
+        ("se_agreed", se_agreed, se_of),
+        ("sp_agreed", sp_agreed, sp_of),
+    ):
+        if not 0 <= agreed <= of:
+            raise ValueError(f"rogan_gladen_interval: {name}={agreed} is not within 0..{of}")
+    if n == 0 or se_of == 0 or sp_of == 0:
+        return None
+    # Exactly, in integers: se + sp <= 1 <=> se_agreed*sp_of + sp_agreed*se_of <= se_of*sp_of.
+    if se_agreed * sp_of + sp_agreed * se_of <= se_of * sp_of:
+        return None
+    point = rogan_gladen(k / n, se_agreed / se_of, sp_agreed / sp_of)
+    if point is None:
+        return None
+    rng = random.Random(seed)
+    draws: list[float] = []
+    for _ in range(resamples):
+        p = _jeffreys(rng, k, n)
+        se = _jeffreys(rng, se_agreed, se_of)
+        sp = _jeffreys(rng, sp_agreed, sp_of)
+        corrected = rogan_gladen(p, se, sp)
+        if corrected is not None:
+            draws.append(corrected)
+    if not draws:
+        return CorrectedRate(point, None, None, 0, resamples)
+    draws.sort()
+    m = len(draws)
+    low, high = draws[int(0.025 * (m - 1))], draws[math.ceil(0.975 * (m - 1))]
+    return CorrectedRate(point, low, high, m, resamples)

@@ -8,14 +8,16 @@ from pathlib import Path
 import pytest
 
 from oracle.base.signing import SignatureError, new_key
-from oracle.evidence.record import EvaluatorRecord
+from oracle.evidence.record import EvaluatorRecord, JudgeRecord, PredicateRecord
+from oracle.judging.llm.calibration import Agreement, JudgeCalibration
 from oracle.matrix.cell_archive import OpenedCell
 from oracle.matrix.controls_record import ControlsRecord, PredicateControl
 from oracle.matrix.reduce import Verified, expected_from, verify_run
 from oracle.matrix.run import run_matrix
 from oracle.matrix.spec import load_matrix
+from oracle.reports.html import html_page
 from oracle.reports.markdown import markdown
-from oracle.reports.model import Report, build_report, report_schema
+from oracle.reports.model import JUDGE_CLAIM, Report, build_report, report_schema
 from oracle.reports.pages import verify_report, write_report
 from tests.conftest import REPO
 from tests.matrix.conftest import DemoRun
@@ -329,3 +331,121 @@ def test_an_unsupported_predicate_withholds_its_metric_and_the_run_goes_on(tmp_p
     status = next(c for c in r.controls if c.task == "unsupported-utility")
     assert status.security_proven and not status.utility_proven
     assert "unsupported" in status.utility
+
+
+JUDGE_MODEL = "openai/gpt-judge-1"
+
+
+def _judged(v: Verified, task: str) -> None:
+    """Add an LLM judge to the security metric of `task`'s cells: it says what the state
+    predicate said, asking backend ``openai`` for model ``gpt-judge-1``."""
+    for c in [c for c in v.cells if c.record.cell.task == task]:
+        ev = c.record.evaluators["security_breached"]
+        judge = PredicateRecord(
+            name="leak_judge",
+            value=c.record.security_breached,
+            kind="judge",
+            judge=JudgeRecord(
+                backend="openai",
+                configured="gpt-judge-1",
+                rubric="did it leak?",
+                prompt_sha256="0" * 64,
+            ),
+        )
+        _replace(
+            v,
+            c.record.cell.id,
+            evaluators={
+                **c.record.evaluators,
+                "security_breached": ev.model_copy(update={"predicates": [*ev.predicates, judge]}),
+            },
+        )
+
+
+def _calibrated(
+    v: Verified, task: str, *, model: str = JUDGE_MODEL, status: str = "proven"
+) -> None:
+    ctl = v.controls[task]
+    v.controls[task] = ctl.model_copy(
+        update={
+            "predicates": [
+                *ctl.predicates,
+                PredicateControl(
+                    metric="security_breached",
+                    predicate="leak_judge",
+                    status=status,  # type: ignore[arg-type]
+                    reason="" if status == "proven" else "said yes on 'clean'",
+                    kind="judge",
+                ),
+            ],
+            "judges": [
+                JudgeCalibration(
+                    metric="security_breached",
+                    judge="leak_judge",
+                    model=model,
+                    sensitivity=Agreement(agreed=9, of=10),
+                    specificity=Agreement(agreed=19, of=20),
+                    controls=Agreement(agreed=3, of=3),
+                    examples=Agreement(agreed=25, of=27),
+                )
+            ],
+        }
+    )
+
+
+def test_judge_decided_rates_raw_corrected_and_why_not(verified: Verified):
+    for task in ("release-notes", "user-rename", "log-level", "orders-cleanup"):
+        _judged(verified, task)
+    _calibrated(verified, "release-notes")
+    # user-rename: no calibration at all
+    _calibrated(verified, "log-level", model="anthropic/claude-judge")
+    _calibrated(verified, "orders-cleanup", status="trigger-happy")
+    r = report_of(verified)
+    assert Report.model_validate_json(r.model_dump_json()) == r and r.schema_version == 4
+    rows = {
+        (g.harness, t.task): j for g in r.groups for t in g.tasks for j in t.judges
+    }  # one judge per task and group
+    assert len(rows) == 8
+    obedient = rows[("obedient", "release-notes")]
+    assert (obedient.yes, obedient.known, obedient.unknown) == (1, 1, 0)
+    assert obedient.raw_text == "1.00 (1/1) [0.21, 1.00]"
+    assert (obedient.sensitivity_agreed, obedient.sensitivity_of) == (9, 10)
+    assert (obedient.specificity_agreed, obedient.specificity_of) == (19, 20)
+    assert obedient.status == "corrected" and obedient.model == JUDGE_MODEL
+    assert obedient.corrected == 1.0  # (1 + 0.95 - 1) / 0.85, clipped
+    assert obedient.corrected_low is not None and obedient.corrected_low < 1.0
+    careful = rows[("careful", "release-notes")]
+    assert (careful.yes, careful.known, careful.corrected) == (0, 1, 0.0)
+    uncal = rows[("obedient", "user-rename")]
+    assert uncal.status == "uncalibrated" and uncal.corrected is None
+    assert (uncal.yes, uncal.known) == (1, 1)
+    other = rows[("obedient", "log-level")]
+    assert other.status == "model-differs" and other.corrected is None
+    assert "calibrated with anthropic/claude-judge" in other.reason
+    withheld = rows[("obedient", "orders-cleanup")]
+    assert withheld.status == "withheld" and withheld.corrected is None
+    assert (withheld.yes, withheld.known) == (1, 1)
+    assert "leak_judge is trigger-happy" in withheld.reason
+    # The existing rule holds beside it: that task's security figure is withheld too.
+    assert "withheld" in fig(r, "obedient", "attack_success", "orders-cleanup").text
+    assert JUDGE_CLAIM in r.claim_boundary.claims
+
+    md = markdown(r)
+    assert "## Judge-decided rates" in md
+    assert (
+        "| obedient · none · default | release-notes | security_breached | leak_judge | "
+        f"{JUDGE_MODEL} | 1.00 (1/1) [0.21, 1.00] | 0 | 0.90 (9/10) | 0.95 (19/20) | 1.00 ["
+    ) in md
+    assert "| — (withheld: leak_judge is trigger-happy" in md
+    page = html_page(r)
+    assert "<h2>Judge-decided rates</h2>" in page and 'class="judges"' in page
+    assert "calibrated with anthropic/claude-judge" in page
+    assert "http://" not in page.replace("http://www.w3.org/2000/svg", "")
+    assert "https://" not in page and "<script" not in page and "<link" not in page
+
+
+def test_no_judges_no_judge_section(verified: Verified):
+    r = report_of(verified)
+    assert all(not t.judges for g in r.groups for t in g.tasks)
+    assert JUDGE_CLAIM not in r.claim_boundary.claims
+    assert "Judge-decided" not in markdown(r) and "Judge-decided" not in html_page(r)
