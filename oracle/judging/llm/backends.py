@@ -29,6 +29,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import enum
+import importlib
 import importlib.util
 import math
 import os
@@ -294,13 +295,18 @@ def _http_client(client_class: type[Any], timeout: float) -> Any:
         raise ModelError(f"{PROXY_ENV}={proxy!r} is not a usable proxy URL: {exc}") from exc
 
 
-def _ask_openai(call: ModelCall) -> ModelAnswer:
+def _sdk(name: str) -> Any:
+    """The SDK package `name`, or a `ModelError` that says how to install it."""
     try:
-        import openai
+        return importlib.import_module(name)
     except ImportError as exc:
         raise ModelError(
-            f"the openai package is not installed (pip install 'oracle[judge]'): {exc}"
+            f"the {name} package is not installed (pip install 'oracle[judge]'): {exc}"
         ) from exc
+
+
+def _ask_openai(call: ModelCall) -> ModelAnswer:
+    openai = _sdk("openai")
     http_client = _http_client(openai.DefaultHttpxClient, call.timeout)
     try:
         client = openai.OpenAI(
@@ -334,12 +340,7 @@ def _ask_openai(call: ModelCall) -> ModelAnswer:
 
 
 def _ask_anthropic(call: ModelCall) -> ModelAnswer:
-    try:
-        import anthropic
-    except ImportError as exc:
-        raise ModelError(
-            f"the anthropic package is not installed (pip install 'oracle[judge]'): {exc}"
-        ) from exc
+    anthropic = _sdk("anthropic")
     # With only a bearer token, a placeholder key would be sent beside it and refused.
     token_only = os.environ.get("ANTHROPIC_AUTH_TOKEN") and not os.environ.get("ANTHROPIC_API_KEY")
     http_client = _http_client(anthropic.DefaultHttpxClient, call.timeout)
