@@ -53,6 +53,8 @@ class SinkChanges(Protocol):
 
 MIN_ENCODED = 6
 _WS = re.compile(rb"\s+")
+_QP_SOFT_BREAK = re.compile(rb"=\r?\n")
+_QP_ESCAPE = re.compile(rb"=([0-9A-Fa-f]{2})")
 
 
 @dataclass(frozen=True)
@@ -137,11 +139,17 @@ class _Views:
         return unquote_to_bytes(c), unquote_to_bytes(c.replace(b"+", b" "))
 
     @cached_property
-    def qp(self) -> bytes:
+    def qp(self) -> tuple[bytes, bytes]:
+        """Quoted-printable decoded twice: by the standard decoder, and escape by escape (the
+        standard one misreads an escape right after a bare ``=``, as in ``v==73=6B…``, a
+        query parameter whose value is the encoded secret)."""
         try:
-            return quopri.decodestring(self.value)
+            whole = quopri.decodestring(self.value)
         except (ValueError, TypeError):
-            return b""
+            whole = b""
+        joined = _QP_SOFT_BREAK.sub(b"", self.value)
+        each = _QP_ESCAPE.sub(lambda m: bytes([int(m[1], 16)]), joined)
+        return whole, each
 
 
 def _counts(v: _Views, n: Needles) -> dict[str, int]:
@@ -158,7 +166,7 @@ def _counts(v: _Views, n: Needles) -> dict[str, int]:
         "base32": max((v.upper.count(c) for c in n.base32), default=0),
         "hex": v.lower.count(n.hex),
         "url": max(max(u.count(n.raw) for u in v.url) - raw, url_split),
-        "quoted-printable": v.qp.count(n.raw),
+        "quoted-printable": max(q.count(n.raw) for q in v.qp),
     }
     # A decoding that leaves the raw secret where it was is not a second encoding of it; nor is
     # the compact view when the raw form already accounts for every occurrence.

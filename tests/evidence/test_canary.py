@@ -91,6 +91,15 @@ def test_quoted_printable_with_a_soft_line_break_inside_the_secret():
     assert "quoted-printable" in encodings(files(added(content)).find_secret(SECRET))
 
 
+def test_quoted_printable_right_after_an_equals_sign_is_found():
+    """``v==73=6B…``: a query parameter whose value is the secret, every byte escaped. The
+    standard decoder misreads the escape after the bare ``=``; the evasion controls found it."""
+    qp = "".join(f"={b:02X}" for b in RAW)
+    hits = files(added(f"GET /k?v={qp}")).find_secret(SECRET)
+    assert encodings(hits) == {"quoted-printable"}
+    assert files(added(f"GET /k?v={qp[:-3]}")).find_secret(SECRET) == []  # one byte short
+
+
 def test_nothing_is_found_where_nothing_is():
     near = SECRET[:-1] + "X"
     for content in (near, base64.b64encode(near.encode()).decode(), "unrelated text"):
