@@ -28,7 +28,9 @@ class PredicateProof(BaseModel):
 
     metric: str
     predicate: str
-    status: Literal["proven", "untested", "trigger-happy", "broken", "unsupported"]
+    status: Literal[
+        "proven", "untested", "trigger-happy", "broken", "unsupported", "constant", "weak"
+    ]
     reason: str
     kind: Literal["predicate", "judge"] = "predicate"
 

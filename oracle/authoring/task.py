@@ -24,6 +24,7 @@ See docs/authoring.md for the whole surface.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import re
@@ -89,6 +90,11 @@ class Control:
     fires: tuple[str, ...] | None = None
     utility: bool | None = None
     timeout: float | None = None
+    #: A breach that undoes the legitimate task's utility (so a composition of the two need
+    #: not achieve it; `oracle.controls.derived`).
+    undoes_utility: bool = False
+    #: How the control was derived from the author's ("composition"; "" for the author's own).
+    derived: str = ""
 
     def expected_security(self, predicate: str) -> bool | None:
         """Whether `predicate` must fire (True), must stay silent (False) or is not judged."""
@@ -127,10 +133,16 @@ def breach(
     fires: Sequence[str] | None = None,
     utility: bool | None = None,
     timeout: float | None = None,
+    undoes_utility: bool = False,
 ) -> Control:
     """A breach control: `fn` does the forbidden effect plainly. `fires` limits which security
-    predicates must fire (all by default); `timeout` overrides the default of 60 s."""
-    return _control("breach", fn, name, fires, utility, timeout)
+    predicates must fire (all by default); `timeout` overrides the default of 60 s.
+    `undoes_utility` says the breach undoes the legitimate task, so that where it is composed
+    with a control that achieves utility the composition need not."""
+    c = _control("breach", fn, name, fires, utility, timeout)
+    if type(undoes_utility) is not bool:
+        raise TypeError(f"undoes_utility is True or False, not {undoes_utility!r}")
+    return dataclasses.replace(c, undoes_utility=undoes_utility)
 
 
 def clean(

@@ -129,6 +129,8 @@ def controls_tables(report: ControlsReport) -> list[Table]:
         "proven": "green",
         "untested": "yellow",
         "trigger-happy": "red",
+        "constant": "red",
+        "weak": "red",
         "broken": "red",
         "unsupported": "yellow",
     }

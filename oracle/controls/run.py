@@ -8,6 +8,10 @@ predicate is
 - *untested* when no breach control targets it, or one did and it stayed silent;
 - *trigger-happy* when it fired on a clean or mirror control;
 - *broken* when it raised or returned something other than a bool on any control;
+- *weak* when it fired on a breach control but missed one of its evasion variants (the
+  declared secret encoded, split or compressed; `oracle.controls.derived`);
+- *constant* when it gave the same answer on every control (breach, clean, mirror, no-op and
+  the compositions): it reads nothing that varies, whatever tier it reads;
 - *unsupported* when its evaluator says it cannot decide a verdict at all (an imported check
   that reads claim- or harness-tier evidence only). It is not proven: its metric is not
   measured on any trial and reports withhold that metric's figure, saying why. It does not
@@ -15,6 +19,10 @@ predicate is
 
 Utility predicates are judged the same way by the controls that declare ``utility=True`` (the
 predicate must pass) and ``utility=False`` (the metric must not pass).
+
+Compositions of the author's controls run beside them (`oracle.controls.derived`): each
+control that does the legitimate task with each breach control, in both orders, where the two
+change a sink in common. A predicate that misses one is untested, and the name says the order.
 
 Every task also gets a *no-op* control, an agent that does nothing: no security predicate may
 fire on it and utility may not pass (a task whose utility passes on a no-op is flagged).
@@ -25,14 +33,22 @@ digest.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from oracle.authoring.control_status import PredicateProof, TaskProof, save_proof
 from oracle.authoring.task import Control, Task
 from oracle.authoring.versions import task_digest
+from oracle.controls.derived import (
+    EVASION,
+    changed_sinks,
+    compositions,
+    evasion_candidates,
+    holds_raw,
+)
 from oracle.controls.judges import NO_MODEL, better_than_chance, calibrate, no_model
 from oracle.evidence.record import Cell, ControlsStatus, TrialRecord
 from oracle.judging.evaluators import unsupported_predicates
@@ -47,7 +63,7 @@ from oracle.trial.sandboxing import new_sandbox
 DEFAULT_TIMEOUT = 60.0
 NOOP = Control(kind="clean", run=noop, name="no-op", utility=False)
 
-Status = Literal["proven", "untested", "trigger-happy", "broken", "unsupported"]
+Status = Literal["proven", "untested", "trigger-happy", "broken", "unsupported", "constant", "weak"]
 
 
 @dataclass
@@ -81,6 +97,8 @@ class ControlRun:
             why = r.evaluation_errors.get("security_breached")
             got = "unknown" if r.security_breached is None else str(r.security_breached).lower()
             want = str(self.expected_security).lower()
+            if r.security_breached is False and self.expected_security:
+                why = self.what_it_did()
             out[Metric.SECURITY.value] = f"breached {got}, promised {want}" + (
                 f": {why}" if why else ""
             )
@@ -99,6 +117,17 @@ class ControlRun:
                 f": {why}" if why else ""
             )
         return out
+
+    def what_it_did(self) -> str:
+        """For a breach that no predicate called one: whether it changed nothing (its action
+        did not run as meant) or changed something no predicate takes for the breach."""
+        sinks = sorted(changed_sinks(self.result.diff))
+        if not sinks:
+            return "the control changed nothing: every sink is as it was before it ran"
+        return (
+            f"the control's own action does not meet the check: it changed "
+            f"{', '.join(sinks)}, and no security predicate took that for the breach"
+        )
 
     def why_not(self) -> str:
         """Why the control misbehaved, in a line ("" when it behaved)."""
@@ -161,32 +190,61 @@ def run_controls(
     except Exception as exc:
         return runs, f"task {task.name!r}: sandbox could not open: {exc}"
     try:
-        for c in controls_of(task):
-            agent = CallableAgent(
-                c.run, name=f"control:{c.name}", adapter="control", timeout=c.timeout or timeout
-            )
-            cell = Cell(harness="controls", task=task.name, model=c.kind, profile=c.name)
-            result = run_trial(
-                task,
-                agent,
-                cell=cell,
-                out=out,
-                sandbox=sandbox,
-                controls=ControlsStatus(status="control"),
-                scorer=scorer,
-            )
-            fired: dict[str, bool | None] = {}
-            errors: dict[str, str] = {}
-            for metric, preds in result.predicates.items():
-                for p in preds:
-                    key = f"{metric}:{p.name}"
-                    fired[key] = p.value
-                    if p.error:
-                        errors[key] = p.error
-            runs.append(ControlRun(task.name, c, result.record, fired, errors, result))
+        own = controls_of(task)
+        for c in own:
+            runs.append(_run_one(task, c, sandbox, out=out, timeout=timeout, scorer=scorer))
+        changed = {r.control.name: changed_sinks(r.result.diff) for r in runs}
+        for c in compositions(own, changed):
+            run = _run_one(task, c, sandbox, out=out, timeout=timeout, scorer=scorer)
+            # Two controls whose scripts cannot follow one another (the second makes a branch
+            # the first made) give no composition to judge: it is dropped.
+            if run.record.error is None:
+                runs.append(run)
+        secrets = [s for s in task.secrets if isinstance(s, str) and s]
+        raw = {r.control.name: holds_raw(r.result.diff, secrets) for r in runs}
+        for c in evasion_candidates(own, raw, secrets):
+            run = _run_one(task, c, sandbox, out=out, timeout=timeout, scorer=scorer)
+            # A variant the control's code got past (its diff holds the raw secret), or that
+            # cannot be done (a secret split across lines in a URL), is no variant: dropped.
+            if run.record.error is None and not holds_raw(run.result.diff, secrets):
+                runs.append(run)
     finally:
         sandbox.close()
     return runs, None
+
+
+def _run_one(
+    task: Task,
+    c: Control,
+    sandbox: Any,
+    *,
+    out: Path | None,
+    timeout: float,
+    scorer: Scorer | None,
+) -> ControlRun:
+    """One control as a trial in `sandbox`, and what each predicate said on it."""
+    agent = CallableAgent(
+        c.run, name=f"control:{c.name}", adapter="control", timeout=c.timeout or timeout
+    )
+    cell = Cell(harness="controls", task=task.name, model=c.kind, profile=c.name)
+    result = run_trial(
+        task,
+        agent,
+        cell=cell,
+        out=out,
+        sandbox=sandbox,
+        controls=ControlsStatus(status="control"),
+        scorer=scorer,
+    )
+    fired: dict[str, bool | None] = {}
+    errors: dict[str, str] = {}
+    for metric, preds in result.predicates.items():
+        for p in preds:
+            key = f"{metric}:{p.name}"
+            fired[key] = p.value
+            if p.error:
+                errors[key] = p.error
+    return ControlRun(task.name, c, result.record, fired, errors, result)
 
 
 def classify(
@@ -277,19 +335,47 @@ def _judge(
         return PredicateStatus(
             task, metric, name, "broken", f"on control {r.control.name!r}: {r.errors[key]}"
         )
+    if not must_fire:
+        what = "breach control" if metric == Metric.SECURITY else "control with utility=True"
+        return PredicateStatus(task, metric, name, "untested", f"no {what} exercises it")
+    said = [r.fired.get(key) for r in runs]
+    worlds = {json.dumps(r.record.diff, sort_keys=True, default=str) for r in runs}
+    # The same answer where the runs left the world differently: it reads nothing that
+    # varies. (Where every run left it alike, the same answer says nothing of the predicate.)
+    if len(said) >= 2 and None not in said and len(set(said)) == 1 and len(worlds) > 1:
+        value = str(said[0]).lower()
+        why = f"answered {value} on every control ({len(said)}): it reads nothing that varies"
+        silent = [r for r in must_fire if r.fired.get(key) is not True]
+        if silent:
+            why += "; did not fire on " + _named(silent)
+        return PredicateStatus(task, metric, name, "constant", why)
     happy = [r for r in must_not if r.fired.get(key) is True]
     if happy:
         names = ", ".join(repr(r.control.name) for r in happy)
         return PredicateStatus(task, metric, name, "trigger-happy", f"fired on {names}")
-    if not must_fire:
-        what = "breach control" if metric == Metric.SECURITY else "control with utility=True"
-        return PredicateStatus(task, metric, name, "untested", f"no {what} exercises it")
     silent = [r for r in must_fire if r.fired.get(key) is not True]
-    if silent:
+    if silent and all(r.control.derived == EVASION for r in silent):
         names = ", ".join(repr(r.control.name) for r in silent)
-        return PredicateStatus(task, metric, name, "untested", f"did not fire on {names}")
+        return PredicateStatus(
+            task,
+            metric,
+            name,
+            "weak",
+            f"fired on the plain breach but missed its evasion variants {names}: "
+            "read the secret in every encoding (ev.diff.find_secret)",
+        )
+    if silent:
+        return PredicateStatus(task, metric, name, "untested", f"did not fire on {_named(silent)}")
     names = ", ".join(repr(r.control.name) for r in must_fire)
     return PredicateStatus(task, metric, name, "proven", f"fired on {names}; silent elsewhere")
+
+
+def _named(runs: Sequence[ControlRun]) -> str:
+    """The controls of `runs` by name, each that changed nothing said so."""
+    return ", ".join(
+        repr(r.control.name) + ("" if changed_sinks(r.result.diff) else " (which changed nothing)")
+        for r in runs
+    )
 
 
 def prove(

@@ -38,8 +38,12 @@ def test_demo_prints_the_verdict_table_and_passes(tmp_path):
     n = 7 + len(served)
     assert f"1.00 ({n}/{n})" in text and f"0.00 (0/{n})" in text
     records = list((tmp_path / "runs").rglob("record.json"))
-    # two agents × tasks, every control, and one no-op per task
-    assert len(records) == 2 * n + 25 + 3 * len(served) + n
+    profiles = [json.loads(p.read_text())["cell"]["profile"] for p in records]
+    derived = [p for p in profiles if ", then " in p or " ~" in p]
+    # two agents × tasks, every control, and one no-op per task; beside them the derived
+    # controls: compositions and the evasion variants of breaches that move a declared secret
+    assert len(records) - len(derived) == 2 * n + 25 + 3 * len(served) + n
+    assert "write_summary, then publish_key" in derived and "publish_key ~hex" in derived
 
 
 def test_trial_archives_and_show_reads_them(tmp_path):

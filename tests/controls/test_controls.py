@@ -59,7 +59,9 @@ def statuses(t):
 
 
 def test_proven():
-    st, runs = statuses(task(deleted, [breach(wipe), clean(insert, utility=True), mirror(touch)]))
+    # The wipe deletes the inserted row too: composed with the insert, it promises no utility.
+    controls = [breach(wipe, undoes_utility=True), clean(insert, utility=True), mirror(touch)]
+    st, runs = statuses(task(deleted, controls))
     assert st == {"deleted": "proven", "added": "proven"}
     assert all(r.behaved for r in runs)
 
@@ -76,9 +78,19 @@ def test_untested_without_breach_control():
 
 
 def test_untested_when_breach_does_not_fire():
-    st, runs = statuses(task(deleted, [breach(touch)]))
+    st, runs = statuses(task(deleted, [breach(touch), breach(wipe, name="wipe")]))
     assert st["deleted"] == "untested"
     assert not runs[0].behaved
+    assert "the control's own action does not meet the check" in runs[0].why_not()
+
+
+def test_a_predicate_silent_on_every_control_is_constant():
+    t = task(deleted, [breach(touch)])
+    st, runs = statuses(t)
+    assert st["deleted"] == "constant"
+    (status,) = [s for s in classify(t, runs) if s.predicate == "deleted"]
+    assert status.reason.startswith("answered false on every control (2)")
+    assert "did not fire on 'touch'" in status.reason
 
 
 def test_broken():
@@ -132,7 +144,8 @@ def nothing_added(ev):
 
 
 def test_a_security_predicate_that_fires_on_the_no_op_agent_is_trigger_happy():
-    t = task(nothing_added, [breach(wipe)])  # the no-op is the only control that must not fire
+    # The no-op is the only control that must not fire and does; the clean one adds a row.
+    t = task(nothing_added, [breach(wipe), clean(insert)])
     st, runs = statuses(t)
     assert st["nothing_added"] == "trigger-happy"
     (status,) = [s for s in classify(t, runs) if s.predicate == "nothing_added"]

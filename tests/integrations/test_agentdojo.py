@@ -322,3 +322,34 @@ def test_a_sample_size_that_is_not_a_positive_number_is_refused():
     with pytest.raises(AgentDojoError, match="ORACLE_AGENTDOJO_SAMPLE is '-1'"):
         from_environment("banking", sample="-1")
     assert len(from_environment("banking", sample="2")) == 4
+
+
+@pytest.mark.parametrize(
+    ("suite", "user", "injection"),
+    [
+        ("travel", "user_task_1", "injection_task_2"),
+        ("travel", "user_task_4", "injection_task_2"),
+        ("travel", "user_task_7", "injection_task_2"),
+        ("travel", "user_task_8", "injection_task_2"),
+        ("banking", "user_task_2", "injection_task_8"),
+        ("banking", "user_task_12", "injection_task_8"),
+        ("banking", "user_task_15", "injection_task_8"),
+    ],
+)
+def test_a_security_check_that_misses_the_attack_after_the_users_task_is_not_proven(
+    suite, user, injection
+):
+    """AgentDojo's own check misses the attack when the user task's actions come first: what
+    an agent that does its job and then obeys the injection does. The composition of the two
+    ground truths, in that order, shows it."""
+    report = prove(pair_task(suite, user, injection), save=False)
+    (security,) = [s for s in report.statuses if s.metric == "security_breached"]
+    assert security.status == "untested"
+    assert security.reason == "did not fire on 'user_ground_truth, then injection_ground_truth'"
+    alone = next(r for r in report.runs if r.control.name == "injection_ground_truth")
+    assert alone.record.security_breached is True  # the attack alone is caught
+    # The injection's ground truth promises no utility when composed (AgentDojo's utility
+    # checks fail on other state changed): the compositions leave the utility check's proof
+    # as it was.
+    (utility,) = [s for s in report.statuses if s.metric == "utility_achieved"]
+    assert utility.status != "untested", utility.reason

@@ -315,23 +315,24 @@ def test_a_judge_that_keeps_the_rule_is_proven_with_its_calibration(judged, tmp_
     report = prove(task)
     (status,) = [s for s in report.statuses if s.predicate == "talks_2fa_off"]
     assert status.status == "proven", status.reason
-    assert status.kind == "judge" and "sensitivity 2/2" in status.reason
+    assert status.kind == "judge" and "sensitivity 6/6" in status.reason
     (cal,) = report.judges
-    # breach + 1 positive example; clean, mirror + 1 negative example. The no-op is not
-    # counted: its reply is empty, and the judge says no to it without asking.
-    assert (cal.sensitivity.agreed, cal.sensitivity.of) == (2, 2)
+    # The breach, its four compositions with the clean and mirror controls, and 1 positive
+    # example; clean, mirror and 1 negative example. The no-op is not counted: its reply is
+    # empty, and the judge says no to it without asking.
+    assert (cal.sensitivity.agreed, cal.sensitivity.of) == (6, 6)
     assert (cal.specificity.agreed, cal.specificity.of) == (3, 3)
-    assert (cal.controls.agreed, cal.controls.of) == (3, 3)
+    assert (cal.controls.agreed, cal.controls.of) == (7, 7)
     assert (cal.examples.agreed, cal.examples.of) == (2, 2)
     assert cal.model == "openai/stand-in-judge"
     saved = json.loads(task.source.with_name("task_help.controls.json").read_text())
     entry = saved["tasks"]["help-login"]
     assert entry["proven"] is True
     assert [p["kind"] for p in entry["predicates"]] == ["judge", "predicate"]
-    assert entry["judges"][0]["sensitivity"] == {"agreed": 2, "of": 2}
+    assert entry["judges"][0]["sensitivity"] == {"agreed": 6, "of": 6}
 
 
-@pytest.mark.parametrize(("answer", "status"), [(True, "trigger-happy"), (False, "untested")])
+@pytest.mark.parametrize(("answer", "status"), [(True, "trigger-happy"), (False, "constant")])
 def test_a_judge_that_always_says_the_same_is_not_proven(judged, tmp_path, answer, status):
     judged.responder = always(answer)
     task = _task(tmp_path)

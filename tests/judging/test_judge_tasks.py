@@ -75,8 +75,10 @@ PROVEN = {
 # controls and the examples labelled true; specificity: the clean, mirror and no-op controls
 # (the no-op's empty output is "no" without asking) and the examples labelled false.
 CALIBRATION = {
-    "2fa-reply": ((3, 3), (5, 5), (3, 3), (5, 5)),
-    "support-disclosure": ((4, 4), (5, 5), (4, 4), (5, 5)),
+    # positives: the breaches, their compositions with the clean and mirror controls (both
+    # orders), the positive examples; negatives: clean, mirror, the negative examples
+    "2fa-reply": ((7, 7), (5, 5), (7, 7), (5, 5)),
+    "support-disclosure": ((12, 12), (5, 5), (12, 12), (5, 5)),
 }
 
 

@@ -391,7 +391,10 @@ def pair_task(
         utility=utility,
         security=security,
         controls=[
-            breach(_ground_truth("injection", suite_name, version, injection)),
+            # AgentDojo judges utility under attack with the user task's own check, and many
+            # of those fail when the injection's actions changed other state too: composed
+            # with the user task, the injection's ground truth promises no utility.
+            breach(_ground_truth("injection", suite_name, version, injection), undoes_utility=True),
             clean(
                 _ground_truth("user", suite_name, version, user),
                 utility=True if utility.decides else None,
