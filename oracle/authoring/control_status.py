@@ -13,14 +13,32 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    model_serializer,
+)
 
 from oracle.authoring.task import Task
 from oracle.authoring.versions import task_digest
 from oracle.evidence.record import ControlsStatus
 from oracle.judging.llm.calibration import JudgeCalibration
+
+
+class MutationScore(BaseModel):
+    """How many near-miss mutants of its controls a predicate told apart (did not fire on)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    killed: int
+    total: int
+    #: The mutants it fired on as on the control each came from.
+    survived: list[str] = Field(default_factory=list)
 
 
 class PredicateProof(BaseModel):
@@ -33,6 +51,23 @@ class PredicateProof(BaseModel):
     ]
     reason: str
     kind: Literal["predicate", "judge"] = "predicate"
+    mutants: MutationScore | None = None
+    #: The evasion variants of its breach controls it missed (a weak predicate).
+    missed: list[str] = Field(default_factory=list)
+
+    @model_serializer(mode="wrap")
+    def _lean(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return lean(handler(self))
+
+
+def lean(out: dict[str, Any]) -> dict[str, Any]:
+    """A predicate's status as saved: without a mutation score or missed variants where it
+    has none, so a task without them saves as it did before they existed."""
+    if out.get("mutants") is None:
+        out.pop("mutants", None)
+    if not out.get("missed"):
+        out.pop("missed", None)
+    return out
 
 
 class TaskProof(BaseModel):

@@ -93,7 +93,8 @@ class Control:
     #: A breach that undoes the legitimate task's utility (so a composition of the two need
     #: not achieve it; `oracle.controls.derived`).
     undoes_utility: bool = False
-    #: How the control was derived from the author's ("composition"; "" for the author's own).
+    #: How the control was derived from the author's ("composition", "evasion", "mutant",
+    #: "no-op"; "" for the author's own).
     derived: str = ""
 
     def expected_security(self, predicate: str) -> bool | None:
@@ -221,6 +222,9 @@ class Task:
     controls: Sequence[Control] = ()
     description: str = ""
     secrets: Sequence[str] = ()
+    #: The text a successful run answers, where the task knows it: a no-op that replies it
+    #: runs among the controls, and a utility predicate that passes on it is trigger-happy.
+    expected_reply: str | None = None
     author: str = "task author"
     metadata: Mapping[str, Any] = field(default_factory=dict)
     source: Path | None = None
@@ -306,6 +310,12 @@ class Task:
                 for g in globs:
                     self._check_glob(f"scope {sink!r}", g)
                     self._check_scope_entry(sink, g)
+        if self.expected_reply is not None and not isinstance(self.expected_reply, str):
+            raise TaskError(
+                self.name,
+                "expected_reply",
+                f"give the text a successful run answers, not {self.expected_reply!r}",
+            )
         self.controls = tuple(self.controls)
         for i, c in enumerate(self.controls):
             if not isinstance(c, Control):

@@ -104,9 +104,10 @@ def _has_contents(cell: Any) -> bool:
 
 
 def task_digest(task: Task) -> str:
-    """sha256 over the task file, the source of every predicate and control, every seed file or
-    template folder it names, and each sink's declaration: a changed predicate or fixture
-    gives a new digest."""
+    """sha256 over the task file, the source of every predicate and control, what each control
+    promises, the declared secrets and expected reply, every seed file or template folder it
+    names, and each sink's declaration: a changed predicate, control or fixture gives a new
+    digest."""
     h = hashlib.sha256()
     base = task.base_dir
     if task.source is not None and task.source.is_file():
@@ -121,6 +122,11 @@ def task_digest(task: Task) -> str:
         h.update(repr(judge).encode())
         functions += judge.functions()
     functions += [c.run for c in task.controls]
+    # What the controls promise and what the task declares for the derived ones count too:
+    # a changed ``fires=`` or secret proves something else.
+    for c in task.controls:
+        h.update(repr((c.kind, c.name, c.fires, c.utility, c.undoes_utility)).encode())
+    h.update(repr((tuple(task.secrets), task.expected_reply)).encode())
     for fn in _reached(functions):
         h.update(_source(fn).encode())
     for spec in task.sinks:

@@ -484,8 +484,11 @@ def controls(
     scorer: ScorerOpt = "sealed",
 ) -> None:
     """Run every control of every task (and a no-op agent) and classify each predicate:
-    proven, untested, trigger-happy, broken or unsupported (it reads evidence the task's
-    runs do not have). The result is saved beside each task file.
+    proven, untested, trigger-happy, constant, weak, broken or unsupported (it reads evidence
+    the task's runs do not have). Controls derived from the task's own run beside them:
+    compositions, evasion variants of a breach that moves a declared secret, near-miss
+    mutants (each predicate's mutation score is shown) and, where the task declares an
+    expected reply, a no-op that answers it. The result is saved beside each task file.
 
     Exits 1 when a control misbehaves or a predicate is not proven (0 with --report-only), and
     2 when a task file cannot be loaded (its error is printed; the tasks that did load still

@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 import oracle.sinks  # noqa: F401  (registers the change types of the built-in sinks)
-from oracle.controls.run import ControlRun, ControlsReport
+from oracle.controls.run import ControlRun, ControlsReport, PredicateStatus
 from oracle.evidence.diff import change_from_json
 from oracle.evidence.record import TrialRecord
 from oracle.reports.aggregate import summarize
@@ -115,7 +115,7 @@ def controls_tables(report: ControlsReport) -> list[Table]:
         runs.add_row(
             r.task,
             r.control.name,
-            r.control.kind,
+            r.control.kind + (f" ({r.control.derived})" if r.control.derived else ""),
             verdict_text(r.record.utility_achieved),
             verdict_text(r.record.security_breached, good=r.expected_security),
             ", ".join(fired + broken) or "—",
@@ -123,7 +123,7 @@ def controls_tables(report: ControlsReport) -> list[Table]:
             *([Text(_short(r.why_not(), 160), style="red")] if misbehaved else []),
         )
     preds = Table(title="Predicates", title_justify="left")
-    for col in ("task", "metric", "predicate", "status", "why"):
+    for col in ("task", "metric", "predicate", "status", "mutants killed", "why"):
         preds.add_column(col)
     styles = {
         "proven": "green",
@@ -140,14 +140,28 @@ def controls_tables(report: ControlsReport) -> list[Table]:
             s.metric.split("_")[0],
             s.predicate,
             Text(s.status, style=styles[s.status]),
+            _mutation_text(s),
             Text(s.reason, style="dim"),
         )
     for task, why in sorted(report.skipped.items()):
-        preds.add_row(task, "—", "—", Text("not judged", style="yellow"), Text(why, style="yellow"))
+        preds.add_row(
+            task, "—", "—", Text("not judged", style="yellow"), "—", Text(why, style="yellow")
+        )
     tables = [runs, preds]
     if report.judges:
         tables.append(judges_table(report))
     return tables
+
+
+def _mutation_text(s: PredicateStatus) -> Text:
+    """``killed/total``, and the mutants that survived (it fired on them as on the control)."""
+    if not s.mutants:
+        return Text("—", style="dim")
+    text = Text(s.mutation_score, style="green" if s.killed == s.mutants else "yellow")
+    if s.survived:
+        survivors = ", ".join(n.rsplit(" ~", 1)[-1] for n in s.survived)
+        text.append(f" (survived: {survivors})", style="dim")
+    return text
 
 
 def judges_table(report: ControlsReport) -> Table:

@@ -20,15 +20,35 @@ URL- and quoted-printable-encoded, split across lines, and gzip-compressed in a 
 *weak*, with the variants it missed, and not proven. A variant the control's own code gets
 past (a program it runs, a file it opens by path), so that its diff still holds the raw
 secret, is dropped.
+
+**Mutants.** Each of the author's controls that a predicate must fire on (a breach; a control
+with ``utility=True``) runs again with one parameter changed, a near miss (`MutantView`): an
+SQL statement aimed at another row (the numbers and strings of its WHERE) or writing other
+values (those before it), a file's path, a mail's recipients, a request's host, a Redis key,
+or a declared secret with one character changed. A
+predicate *kills* a mutant when it does not fire on it; its mutation score is killed / total.
+A survivor is a question, not a failure: a mutant may do the same harm (a leak to another
+outside address is still a leak), so the score changes no status. A mutant runs only where its
+control changed a sink of the kind its parameter belongs to, and one whose control handed the
+sandbox nothing to change (it acted past the view), that errored, or that left the world as
+its control did, is dropped.
+
+**The answering no-op.** Where the task says what a successful run answers
+(``Task(expected_reply=…)``; AgentDojo's ``GROUND_TRUTH_OUTPUT``) and a utility predicate
+read the reply on one of the controls, a second no-op changes nothing and replies that text.
+A utility predicate that passes on it reads the reply alone: it is trigger-happy, the control
+named.
 """
 
 from __future__ import annotations
 
 import base64
 import gzip
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
 
 from oracle.authoring.task import Control
 
@@ -215,3 +235,271 @@ def evasion_candidates(
         if c.kind == "breach" and not c.derived and raw.get(c.name)
         for e in (*ENCODINGS, GZIP)
     ]
+
+
+# -- mutants ----------------------------------------------------------------------------------
+
+MUTANT = "mutant"
+_MARK = "mutant"
+
+
+class NotMutated(RuntimeError):
+    """The control never handed the sandbox what its mutant changes: there is no mutant."""
+
+
+def _name_part(rel: str) -> str:
+    """`rel` with its first folder (or, for a bare file name, its stem) changed: a sibling path
+    that a check of the exact place must tell apart."""
+    parts = rel.split("/")
+    if len(parts) > 1 and parts[0] not in ("", ".", ".."):
+        parts[0] = f"{parts[0]}-{_MARK}"
+        return "/".join(parts)
+    stem, dot, ext = parts[-1].partition(".")
+    parts[-1] = f"{stem}-{_MARK}{dot}{ext}"
+    return "/".join(parts)
+
+
+def _address(addr: str) -> str:
+    local, at, domain = addr.rpartition("@")
+    return f"{local}.{_MARK}@{domain}" if at and local else addr
+
+
+def _reverse(s: str) -> str:
+    return s[::-1] if s[::-1] != s else s + "x"
+
+
+_SQL_STRING = re.compile(r"'(?:[^']|'')*'")
+_SQL_INT = re.compile(r"(?<![\w.$:])\d+(?![\w.])")
+
+
+def _sql_parts(statement: str, code: Callable[[str], str], literal: Callable[[str], str]) -> str:
+    """`statement` with `code` applied between its string literals and `literal` to each."""
+    out, last = [], 0
+    for m in _SQL_STRING.finditer(statement):
+        out.append(code(statement[last : m.start()]))
+        out.append(literal(m.group(0)))
+        last = m.end()
+    out.append(code(statement[last:]))
+    return "".join(out)
+
+
+_WHERE = re.compile(r"\bwhere\b", re.IGNORECASE)
+
+
+def _where_at(statement: str) -> int:
+    """Where the statement's first WHERE (outside string literals) starts; its length if none."""
+    last = 0
+    for m in [*_SQL_STRING.finditer(statement), None]:
+        end = m.start() if m is not None else len(statement)
+        found = _WHERE.search(statement, last, end)
+        if found:
+            return found.start()
+        last = m.end() if m is not None else end
+    return len(statement)
+
+
+def _bump(code: str) -> str:
+    return _SQL_INT.sub(lambda m: str(int(m.group(0)) + 1), code)
+
+
+def _flip(q: str) -> str:
+    inner = q[1:-1].replace("''", "'")
+    return "'" + _reverse(inner).replace("'", "''") + "'" if inner else q
+
+
+def _sql_row(statement: str) -> str:
+    """The statement aimed at another row: each number and string of its WHERE changed."""
+    at = _where_at(statement)
+    return statement[:at] + _sql_parts(statement[at:], _bump, _flip)
+
+
+def _sql_value(statement: str) -> str:
+    """The statement writing other values: each number and string before its WHERE changed."""
+    at = _where_at(statement)
+    return _sql_parts(statement[:at], _bump, _flip) + statement[at:]
+
+
+def _sql_params(statement: str, params: Any, op: str) -> Any:
+    """The parameters the `op` mutant changes (those named after the WHERE for ``row``, before
+    it for ``value``), changed."""
+    if not params:
+        return params
+    at = _where_at(statement)
+    out = dict(params)
+    for k, v in params.items():
+        used = re.search(rf":{re.escape(k)}\b|%\({re.escape(k)}\)s", statement)
+        mark = used.start() if used else -1
+        after = mark >= at
+        if mark < 0 or after != (op == "row"):
+            continue
+        if type(v) is int:
+            out[k] = v + 1
+        elif isinstance(v, str) and v:
+            out[k] = _reverse(v)
+    return out
+
+
+def _host(url: str) -> str:
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if "." not in host or not any(ch.isalpha() for ch in host):
+        return url  # a bare name or an address: no near miss to make
+    first, _, rest = host.partition(".")
+    netloc = parts.netloc.replace(host, f"{first}-{_MARK}.{rest}", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+#: What each mutant changes, by the kind of sink the author's control changed: a mutant runs
+#: only where its control changed a sink of that kind.
+MUTANTS_BY_KIND: dict[str, tuple[str, ...]] = {
+    "sql": ("row", "value"),
+    "files": ("path",),
+    "mail": ("recipient",),
+    "egress": ("host",),
+    "redis": ("key",),
+}
+#: The mutant that writes a declared secret with one character changed (a leak of a wrong
+#: value): for breach controls whose run moved a declared secret.
+SECRET = "secret"
+
+
+def _wrong_secret(s: str) -> str:
+    last = s[-1]
+    return s[:-1] + ("0" if last != "0" else "1")
+
+
+class MutantView:
+    """A sandbox view that changes one parameter of what a control hands the sandbox
+    (`operator`): an SQL statement's target row (``row``: the numbers, strings and parameters
+    of its WHERE) or values (``value``: those before its WHERE), a file's path (``path``), a
+    mail's recipients (``recipient``), a request's host (``host``), a Redis key (``key``) or
+    a declared secret (``secret``). A control that handed over nothing of the kind raises
+    `NotMutated` at its end: no mutant."""
+
+    def __init__(self, view: SandboxView, operator: str, secrets: Sequence[str] = ()) -> None:
+        self._view = view
+        self._op = operator
+        self._secrets = [s for s in secrets if s]
+        self.applied = 0
+        self._children: list[MutantView] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._view, name)
+
+    def _changed(self, before: Any, after: Any) -> Any:
+        if after != before:
+            self.applied += 1
+        return after
+
+    def _secret(self, value: Any) -> Any:
+        if self._op != SECRET:
+            return value
+        out = value
+        for s in self._secrets:
+            if isinstance(out, str):
+                out = out.replace(s, _wrong_secret(s))
+            elif isinstance(out, bytes):
+                out = out.replace(s.encode("utf-8"), _wrong_secret(s).encode("utf-8"))
+        return self._changed(value, out)
+
+    def write_text(self, rel: str, text: str, sink: str | None = None) -> None:
+        if self._op == "path":
+            rel = self._changed(rel, _name_part(rel))
+        self._view.write_text(rel, self._secret(text), sink)
+
+    def sql(self, sink: str | None, statement: str, params: Any = None) -> Any:
+        new = statement
+        if self._op in ("row", "value"):
+            new = (_sql_row if self._op == "row" else _sql_value)(statement)
+            params = self._changed(params, _sql_params(statement, params, self._op))
+        elif params is not None:
+            params = {k: self._secret(v) for k, v in params.items()}
+        return self._view.sql(sink, self._changed(statement, self._secret(new)), params)
+
+    def redis(self, sink: str | None, *command: Any) -> Any:
+        cmd = list(command)
+        if self._op == "key" and len(cmd) > 1:
+            key = cmd[1]
+            if isinstance(key, str):
+                cmd[1] = self._changed(key, f"{key}:{_MARK}")
+            elif isinstance(key, bytes):
+                cmd[1] = self._changed(key, key + f":{_MARK}".encode())
+        return self._view.redis(sink, *(self._secret(c) for c in cmd))
+
+    def send_mail(self, to: Any, subject: str, body: str, **kw: Any) -> None:
+        if self._op == "recipient":
+            new = [_address(a) for a in to] if isinstance(to, list) else _address(to)
+            to = self._changed(to, new)
+        if kw.get("attachments"):
+            kw["attachments"] = {k: self._secret(v) for k, v in kw["attachments"].items()}
+        self._view.send_mail(to, self._secret(subject), self._secret(body), **kw)
+
+    def http(self, method: str, url: str, body: Any = None, headers: Any = None) -> Any:
+        if self._op == "host":
+            url = self._changed(url, _host(url))
+        if headers:
+            headers = {k: self._secret(v) for k, v in headers.items()}
+        return self._view.http(method, self._secret(url), self._secret(body), headers)
+
+    def with_env(self, env: Any, private: Any = None) -> MutantView:
+        inner = MutantView(self._view.with_env(env, private), self._op, self._secrets)
+        self._children.append(inner)
+        return inner
+
+    def total_applied(self) -> int:
+        return self.applied + sum(c.total_applied() for c in self._children)
+
+
+def mutated(c: Control, operator: str, secrets: Sequence[str] = ()) -> Control:
+    """Control `c` with one of its parameters changed by `operator` (`MutantView`)."""
+
+    def variant(sb: SandboxView) -> Any:
+        view = MutantView(sb, operator, secrets)
+        out = c.run(view)
+        if not view.total_applied():
+            raise NotMutated(f"control {c.name!r} handed the sandbox no {operator} to change")
+        return out
+
+    variant.__name__ = f"{c.name} ~{MUTANT}-{operator}"
+    return replace(c, run=variant, name=variant.__name__, derived=MUTANT)
+
+
+def mutant_candidates(
+    controls: Sequence[Control],
+    kinds: dict[str, frozenset[str]],
+    raw: dict[str, bool],
+    secrets: Sequence[str],
+) -> list[Control]:
+    """The mutants of each of the author's controls that a predicate must fire on (a breach, a
+    control with ``utility=True``), one per parameter its run can have set: by the kinds of the
+    sinks it changed (`kinds`, by control name), and the ``secret`` mutant where its run moved
+    a declared secret as it is (`raw`)."""
+    out: list[Control] = []
+    for c in controls:
+        if c.derived or not (c.kind == "breach" or c.utility is True):
+            continue
+        ops = [op for k in sorted(kinds.get(c.name, ())) for op in MUTANTS_BY_KIND.get(k, ())]
+        if c.kind == "breach" and secrets and raw.get(c.name):
+            ops.append(SECRET)
+        out += [mutated(c, op, secrets) for op in dict.fromkeys(ops)]
+    return out
+
+
+# -- the no-op that answers -------------------------------------------------------------------
+
+ANSWERING_NOOP = "no-op answering the expected reply"
+NOOP_DERIVED = "no-op"
+
+
+def answering_noop(text: str) -> Control:
+    """The no-op control that changes nothing and replies `text`, the answer a successful run
+    gives (``Task(expected_reply=…)``): a utility predicate that passes on it reads the reply
+    alone, and is trigger-happy."""
+
+    def answer(sb: SandboxView) -> str:
+        return text
+
+    answer.__name__ = ANSWERING_NOOP
+    return Control(
+        kind="clean", run=answer, name=ANSWERING_NOOP, utility=False, derived=NOOP_DERIVED
+    )

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from oracle.controls.derived import MUTANT
 from oracle.judging.llm.calibration import Agreement, JudgeCalibration
 from oracle.judging.llm.run import judge_example, model_of
 from oracle.judging.llm.spec import Judge
@@ -64,6 +65,8 @@ def calibrate(
     key = f"{metric}:{judge.name}"
     pairs: list[tuple[bool, bool | None]] = []  # (expected, said), where the model was asked
     for r in runs:
+        if r.control.derived == MUTANT:
+            continue  # a near miss promises nothing: it is no label for the judge
         want = expected(r, metric, judge.name)
         said = r.fired.get(key)
         if want is not None and (said is None or asked(r, metric, judge.name)):

@@ -23,9 +23,17 @@ predicate must pass) and ``utility=False`` (the metric must not pass).
 Compositions of the author's controls run beside them (`oracle.controls.derived`): each
 control that does the legitimate task with each breach control, in both orders, where the two
 change a sink in common. A predicate that misses one is untested, and the name says the order.
+Near-miss *mutants* of the controls a predicate must fire on give it a mutation score (killed /
+total), which changes no status: a mutant promises nothing and never misbehaves.
 
 Every task also gets a *no-op* control, an agent that does nothing: no security predicate may
-fire on it and utility may not pass (a task whose utility passes on a no-op is flagged).
+fire on it and utility may not pass (a task whose utility passes on a no-op is flagged). Where
+the task declares the reply a successful run gives and a utility predicate reads the reply, a
+second no-op answers that text: a utility predicate that passes on it reads the reply alone.
+
+An unsupported check on one metric leaves the other metric's runs behaved: a control
+misbehaves only on a metric that has a deciding evaluator.
+
 Each control runs with a timeout, in a child process that is killed when the time is up.
 The result is saved beside the task file (`oracle.authoring.control_status`), keyed by the task's
 digest.
@@ -43,11 +51,15 @@ from oracle.authoring.control_status import PredicateProof, TaskProof, save_proo
 from oracle.authoring.task import Control, Task
 from oracle.authoring.versions import task_digest
 from oracle.controls.derived import (
+    ANSWERING_NOOP,
     EVASION,
+    MUTANT,
+    answering_noop,
     changed_sinks,
     compositions,
     evasion_candidates,
     holds_raw,
+    mutant_candidates,
 )
 from oracle.controls.judges import NO_MODEL, better_than_chance, calibrate, no_model
 from oracle.evidence.record import Cell, ControlsStatus, TrialRecord
@@ -89,11 +101,16 @@ class ControlRun:
     def misbehaved(self) -> dict[str, str]:
         """Metric → how the trial's verdict broke the control's promise (empty: it kept it).
         A run that broke misbehaves on both metrics."""
+        if self.control.derived == MUTANT:
+            return {}  # a near miss promises nothing: it gives each predicate a score
         r = self.record
         if r.error is not None:
             return {Metric.SECURITY.value: r.error, Metric.UTILITY.value: r.error}
         out: dict[str, str] = {}
-        if r.security_breached is not self.expected_security:
+        security = r.evaluators.get("security_breached")
+        if security is not None and security.kind == "unconfigured":
+            pass  # an unsupported check decides nothing: its status says so, not this run
+        elif r.security_breached is not self.expected_security:
             why = r.evaluation_errors.get("security_breached")
             got = "unknown" if r.security_breached is None else str(r.security_breached).lower()
             want = str(self.expected_security).lower()
@@ -145,6 +162,18 @@ class PredicateStatus:
     status: Status
     reason: str
     kind: Literal["predicate", "judge"] = "predicate"
+    #: Mutants of the controls it must fire on, and how many it told apart (did not fire on).
+    mutants: int = 0
+    killed: int = 0
+    #: The mutants it fired on as on the control they came from.
+    survived: list[str] = field(default_factory=list)
+    #: The evasion variants it missed (a weak predicate).
+    missed: list[str] = field(default_factory=list)
+
+    @property
+    def mutation_score(self) -> str:
+        """``killed/total`` ("" where no mutant ran)."""
+        return f"{self.killed}/{self.mutants}" if self.mutants else ""
 
 
 @dataclass
@@ -174,6 +203,15 @@ def controls_of(task: Task) -> list[Control]:
     return own if any(c.name == NOOP.name for c in own) else [*own, NOOP]
 
 
+def reads_the_reply(runs: Sequence[ControlRun]) -> bool:
+    """Whether a utility predicate read boundary evidence (the reply) on one of `runs`."""
+    for r in runs:
+        utility = r.record.evaluators.get("utility_achieved")
+        if utility is not None and any("boundary" in p.tiers for p in utility.predicates):
+            return True
+    return False
+
+
 def run_controls(
     task: Task,
     *,
@@ -193,6 +231,11 @@ def run_controls(
         own = controls_of(task)
         for c in own:
             runs.append(_run_one(task, c, sandbox, out=out, timeout=timeout, scorer=scorer))
+        # The no-op that answers the expected reply, where a utility predicate reads the
+        # reply (elsewhere it is the plain no-op to every utility predicate).
+        if task.expected_reply and reads_the_reply(runs):
+            c = answering_noop(task.expected_reply)
+            runs.append(_run_one(task, c, sandbox, out=out, timeout=timeout, scorer=scorer))
         changed = {r.control.name: changed_sinks(r.result.diff) for r in runs}
         for c in compositions(own, changed):
             run = _run_one(task, c, sandbox, out=out, timeout=timeout, scorer=scorer)
@@ -208,9 +251,30 @@ def run_controls(
             # cannot be done (a secret split across lines in a URL), is no variant: dropped.
             if run.record.error is None and not holds_raw(run.result.diff, secrets):
                 runs.append(run)
+        kind_of = {s.name: s.kind for s in task.sinks}
+        kinds = {
+            r.control.name: frozenset(kind_of.get(n, "") for n in changed_sinks(r.result.diff))
+            for r in runs
+        }
+        mutants = mutant_candidates(own, kinds, raw, secrets)
+        origin = (
+            {r.control.name: _world(r) for r in runs if not r.control.derived} if mutants else {}
+        )
+        for c in mutants:
+            run = _run_one(task, c, sandbox, out=out, timeout=timeout, scorer=scorer)
+            # No mutant where nothing was changed (the control acted past the view) or the
+            # run broke, or where the world came out as the control itself left it.
+            source = c.name.rsplit(" ~", 1)[0]
+            if run.record.error is None and _world(run) != origin.get(source):
+                runs.append(run)
     finally:
         sandbox.close()
     return runs, None
+
+
+def _world(run: ControlRun) -> str:
+    """How the run left the world, comparably."""
+    return json.dumps(run.record.diff, sort_keys=True, default=str)
 
 
 def _run_one(
@@ -292,8 +356,10 @@ def calibrate_judges(
     return cals, problems
 
 
-def _classify(task: Task, runs: Sequence[ControlRun]) -> list[PredicateStatus]:
+def _classify(task: Task, all_runs: Sequence[ControlRun]) -> list[PredicateStatus]:
     out: list[PredicateStatus] = []
+    runs = [r for r in all_runs if r.control.derived != MUTANT]
+    mutants = [r for r in all_runs if r.control.derived == MUTANT]
     for metric, ev in (
         (Metric.SECURITY, task.security_evaluator),
         (Metric.UTILITY, task.utility_evaluator),
@@ -307,7 +373,8 @@ def _classify(task: Task, runs: Sequence[ControlRun]) -> list[PredicateStatus]:
         key = f"{Metric.SECURITY}:{name}"
         must_fire = [r for r in runs if r.control.expected_security(name) is True]
         must_not = [r for r in runs if r.control.expected_security(name) is False]
-        out.append(_judge(task.name, Metric.SECURITY, name, key, runs, must_fire, must_not))
+        status = _judge(task.name, Metric.SECURITY, name, key, runs, must_fire, must_not, mutants)
+        out.append(_scored(status, key, [m for m in mutants if m.control.expected_security(name)]))
     for name in task.utility_evaluator.names():
         if (Metric.UTILITY, name) in skip:
             continue
@@ -316,8 +383,18 @@ def _classify(task: Task, runs: Sequence[ControlRun]) -> list[PredicateStatus]:
         must_not = [
             r for r in runs if r.control.utility is False and r.record.utility_achieved is True
         ]
-        out.append(_judge(task.name, Metric.UTILITY, name, key, runs, must_fire, must_not))
+        status = _judge(task.name, Metric.UTILITY, name, key, runs, must_fire, must_not, mutants)
+        out.append(_scored(status, key, [m for m in mutants if m.control.utility is True]))
     return out
+
+
+def _scored(status: PredicateStatus, key: str, mutants: Sequence[ControlRun]) -> PredicateStatus:
+    """`status` with its mutation score over `mutants`: a mutant is killed where the
+    predicate did not fire on it (it must fire on the control the mutant came from)."""
+    status.mutants = len(mutants)
+    status.killed = sum(m.fired.get(key) is False for m in mutants)
+    status.survived = [m.control.name for m in mutants if m.fired.get(key) is not False]
+    return status
 
 
 def _judge(
@@ -328,8 +405,9 @@ def _judge(
     runs: Sequence[ControlRun],
     must_fire: Sequence[ControlRun],
     must_not: Sequence[ControlRun],
+    mutants: Sequence[ControlRun] = (),
 ) -> PredicateStatus:
-    broken = [r for r in runs if key in r.errors]
+    broken = [r for r in [*runs, *mutants] if key in r.errors]
     if broken:
         r = broken[0]
         return PredicateStatus(
@@ -363,6 +441,7 @@ def _judge(
             "weak",
             f"fired on the plain breach but missed its evasion variants {names}: "
             "read the secret in every encoding (ev.diff.find_secret)",
+            missed=[r.control.name for r in silent],
         )
     if silent:
         return PredicateStatus(task, metric, name, "untested", f"did not fire on {_named(silent)}")
@@ -399,6 +478,12 @@ def prove(
     measured = task.utility_evaluator.kind == "predicate"  # an assertion is not judged by runs
     if measured and any(r.record.utility_achieved is True for r in noop_runs):
         report.flags.append(f"{task.name}: utility passes on a no-op agent")
+    answering = [r for r in runs if r.control.name == ANSWERING_NOOP]
+    if measured and any(r.record.utility_achieved is True for r in answering):
+        report.flags.append(
+            f"{task.name}: utility passes on a no-op agent that only answers the expected "
+            "reply (it reads the reply alone)"
+        )
     if save:
         problems = [*report.errors, *report.flags] + [
             f"control {r.control.name!r} misbehaved" for r in runs if not r.behaved
@@ -416,6 +501,7 @@ def prove(
                         status=s.status,
                         reason=s.reason,
                         kind=s.kind,
+                        **proof_extras(s),
                     )
                     for s in report.statuses
                 ],
@@ -426,6 +512,17 @@ def prove(
             ),
         )
     return report
+
+
+def proof_extras(s: PredicateStatus) -> dict[str, Any]:
+    """A status's mutation score and missed evasion variants, as the saved proofs hold them
+    (only what is there: a task without mutants or variants saves as before)."""
+    out: dict[str, Any] = {}
+    if s.mutants:
+        out["mutants"] = {"killed": s.killed, "total": s.mutants, "survived": s.survived}
+    if s.missed:
+        out["missed"] = s.missed
+    return out
 
 
 def unproven_metrics(report: ControlsReport) -> dict[str, str]:

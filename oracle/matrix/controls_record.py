@@ -9,11 +9,19 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    model_serializer,
+)
 
+from oracle.authoring.control_status import MutationScore, lean
 from oracle.authoring.task import Task
 from oracle.authoring.versions import task_digest
 from oracle.base.signing import (
@@ -22,7 +30,7 @@ from oracle.base.signing import (
     sha256_hex,
     statement,
 )
-from oracle.controls.run import Status, calibrate_judges, classify, run_controls
+from oracle.controls.run import Status, calibrate_judges, classify, proof_extras, run_controls
 from oracle.judging.llm.calibration import JudgeCalibration
 from oracle.matrix.cell_archive import Rejected, read_signed_file, write_signed
 
@@ -42,6 +50,12 @@ class PredicateControl(BaseModel):
     status: Status
     reason: str
     kind: Literal["predicate", "judge"] = "predicate"
+    mutants: MutationScore | None = None
+    missed: list[str] = Field(default_factory=list)
+
+    @model_serializer(mode="wrap")
+    def _lean(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return lean(handler(self))
 
 
 class ControlRunSummary(BaseModel):
@@ -102,6 +116,7 @@ def run_task_controls(task: Task) -> ControlsRecord:
                 status=s.status,
                 reason=s.reason,
                 kind=s.kind,
+                **proof_extras(s),
             )
             for s in statuses
         ],

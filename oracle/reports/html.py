@@ -18,6 +18,7 @@ from oracle.reports.markdown import (
     group_name,
     judge_model,
     judge_rows,
+    predicate_lines,
 )
 from oracle.reports.model import (
     JUDGE_METHOD,
@@ -87,6 +88,8 @@ def rate_plot(metric: str, groups: Sequence[GroupFigures]) -> str:
         )
         if fig.rate is None or fig.ci_low is None or fig.ci_high is None:
             why = "withheld (controls)" if fig.text.startswith("— (withheld") else "0/0"
+            if fig.weak:
+                why += ", weak predicate"
             parts.append(
                 f'<text class="no-figure" x="{left + 6}" y="{y + 4:.1f}" font-size="12" '
                 f'fill="#8a3b12">— no figure: {why}; unknown {fig.unknown}, '
@@ -106,6 +109,8 @@ def rate_plot(metric: str, groups: Sequence[GroupFigures]) -> str:
             label += f" · unknown {fig.unknown}"
         if fig.withheld:
             label += f" · {len(fig.withheld)} task(s) withheld"
+        if fig.weak:
+            label += f" · {len(fig.weak)} by a weak predicate"
         parts.append(
             f'<text x="{left + width + 10}" y="{y + 4:.1f}" font-size="12">{_e(label)}</text>'
         )
@@ -236,6 +241,7 @@ def html_page(r: Report) -> str:
             _td(c.task),
             f'<td class="{"yes" if c.utility_proven else "no"}">{_e(c.utility)}</td>',
             f'<td class="{"yes" if c.security_proven else "no"}">{_e(c.security)}</td>',
+            "<td>" + "<br>".join(_e(line) for line in predicate_lines(c)) + "</td>",
         ]
         for c in r.controls
     ]
@@ -335,7 +341,11 @@ def html_page(r: Report) -> str:
         "<h2>Controls</h2>",
         "<p>A metric's figure is shown for a task only when its predicates are proven by the "
         "task's controls (they fire on the breach control and on nothing else).</p>",
-        _table(["task", "utility", "security"], controls_rows, "controls"),
+        _table(
+            ["task", "utility", "security", "predicates (status · mutants killed · missed)"],
+            controls_rows,
+            "controls",
+        ),
         "<h2>Comparisons between harnesses</h2>",
         (
             _table(

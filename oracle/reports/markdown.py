@@ -6,6 +6,7 @@ from oracle.reports.model import (
     JUDGE_METHOD,
     METRICS,
     UNCHECKED,
+    ControlsStatus,
     GroupFigures,
     JudgeFigure,
     MetricFigure,
@@ -102,9 +103,16 @@ def markdown(r: Report) -> str:
                 f"{_md(j.corrected_text)} |"
             )
         out += ["", f"Method: {_md(JUDGE_METHOD)}."]
-    out += ["", "## Controls", "", "| task | utility | security |", "|---|---|---|"]
+    out += [
+        "",
+        "## Controls",
+        "",
+        "| task | utility | security | predicates (status · mutants killed · missed) |",
+        "|---|---|---|---|",
+    ]
     for c in r.controls:
-        out.append(f"| {_md(c.task)} | {_md(c.utility)} | {_md(c.security)} |")
+        preds = "<br>".join(_md(line) for line in predicate_lines(c))
+        out.append(f"| {_md(c.task)} | {_md(c.utility)} | {_md(c.security)} | {preds} |")
     out += ["", "## Comparisons between harnesses", ""]
     if r.comparisons:
         out += [
@@ -137,6 +145,22 @@ def markdown(r: Report) -> str:
     out.append("|---|---|---|")
     out += [f"| {_md(i.path)} | `{i.sha256}` | {i.status} |" for i in r.inputs]
     return "\n".join(out) + "\n"
+
+
+def predicate_lines(c: ControlsStatus) -> list[str]:
+    """Each predicate of a task's controls in a line: its status, its mutation score (and
+    the mutants that survived), and the evasion variants it missed."""
+    out = []
+    for p in c.predicates:
+        line = f"{p.metric.split('_')[0]} {p.predicate}: {p.status}"
+        if p.mutation_score:
+            line += f" · mutants {p.mutation_score}"
+            if p.survived:
+                line += " (survived: " + ", ".join(n.rsplit(" ~", 1)[-1] for n in p.survived) + ")"
+        if p.missed:
+            line += " · missed " + ", ".join(p.missed)
+        out.append(line)
+    return out
 
 
 def controls_summary(r: Report) -> dict[str, str]:

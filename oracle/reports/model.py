@@ -127,6 +127,11 @@ class MetricFigure(BaseModel):
     withheld: dict[str, str] = Field(
         default_factory=dict, description="task -> why its cells are not in this figure"
     )
+    weak: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="task -> its weak predicates of this metric (they miss an encoding of a "
+        "declared secret; the task is withheld and so flagged)",
+    )
     text: str = Field(description="'0.50 (1/2) [0.09, 0.91]', or '—' with the reason")
 
 
@@ -239,6 +244,25 @@ class Comparison(BaseModel):
     method: str
 
 
+class ControlsPredicate(BaseModel):
+    """One predicate as the task's controls left it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    metric: str
+    predicate: str
+    status: str
+    mutation_score: str | None = Field(
+        None,
+        description="'killed/total': the near-miss mutants of its controls it did not fire on "
+        "(None: no mutant ran)",
+    )
+    survived: list[str] = Field(default_factory=list, description="the mutants it fired on")
+    missed: list[str] = Field(
+        default_factory=list, description="the evasion variants it missed (a weak predicate)"
+    )
+
+
 class ControlsStatus(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -248,6 +272,7 @@ class ControlsStatus(BaseModel):
     utility_proven: bool
     security_proven: bool
     sha256: str
+    predicates: list[ControlsPredicate] = Field(default_factory=list)
 
 
 class InputArchive(BaseModel):
@@ -271,7 +296,7 @@ class Report(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    schema_version: Literal[4] = 4
+    schema_version: Literal[5] = 5
     title: str
     generated_at: str
     matrix: str
@@ -322,8 +347,27 @@ def _withheld(
     return out
 
 
+def _weak(
+    metric: str, tasks: Sequence[str], controls: dict[str, ControlsRecord]
+) -> dict[str, list[str]]:
+    governed = _DEF[metric][2]
+    out: dict[str, list[str]] = {}
+    for t in tasks:
+        weak = [
+            p.predicate
+            for p in controls[t].predicates
+            if p.metric == governed and p.status == "weak"
+        ]
+        if weak:
+            out[t] = weak
+    return out
+
+
 def figure(
-    metric: MetricName, records: Sequence[TrialRecord], withheld: dict[str, str]
+    metric: MetricName,
+    records: Sequence[TrialRecord],
+    withheld: dict[str, str],
+    weak: dict[str, list[str]] | None = None,
 ) -> MetricFigure:
     """One metric over `records` (valid ones; cells of withheld tasks are left out)."""
     field, counts_as, _ = _DEF[metric]
@@ -351,6 +395,11 @@ def figure(
         text = "— (withheld: " + "; ".join(f"{t}: {w}" for t, w in sorted(withheld.items())) + ")"
     else:
         text = "— (0/0: no known verdict)"
+    weak = weak or {}
+    if weak:
+        text += " · weak predicate: " + ", ".join(
+            f"{t} ({', '.join(ps)})" for t, ps in sorted(weak.items())
+        )
     return MetricFigure(
         metric=metric,
         numerator=num,
@@ -361,6 +410,7 @@ def figure(
         unknown=unknown,
         not_measured=not_measured,
         withheld=withheld,
+        weak=weak,
         text=text,
     )
 
@@ -369,7 +419,10 @@ def _figures(
     records: Sequence[TrialRecord], controls: dict[str, ControlsRecord]
 ) -> list[MetricFigure]:
     tasks = sorted({r.cell.task for r in records})
-    return [figure(m, records, _withheld(m, tasks, controls)) for m in METRICS]
+    return [
+        figure(m, records, _withheld(m, tasks, controls), _weak(m, tasks, controls))
+        for m in METRICS
+    ]
 
 
 def _groups(cells: Sequence[OpenedCell], controls: dict[str, ControlsRecord]) -> list[GroupFigures]:
@@ -693,6 +746,19 @@ def build_report(
                 utility_proven=up,
                 security_proven=sp,
                 sha256=verified.controls_digests.get(t, ""),
+                predicates=[
+                    ControlsPredicate(
+                        metric=p.metric,
+                        predicate=p.predicate,
+                        status=p.status,
+                        mutation_score=(
+                            f"{p.mutants.killed}/{p.mutants.total}" if p.mutants else None
+                        ),
+                        survived=p.mutants.survived if p.mutants else [],
+                        missed=p.missed,
+                    )
+                    for p in rec.predicates
+                ],
             )
         )
     root = verified.root

@@ -214,6 +214,33 @@ def test_controls_exits_2_when_a_task_file_cannot_be_loaded_even_with_report_onl
     assert "cannot be loaded still exits 2" in " ".join(oracle("controls", "--help").stdout.split())
 
 
+def test_controls_table_shows_each_predicates_mutation_score_and_the_mutants(tmp_path):
+    path = tmp_path / "task_scored.py"
+    path.write_text(
+        "from oracle import Task, sqlite, breach\n"
+        "def grew(ev):\n    return bool(ev.diff.sql('db').added('t'))\n"
+        "def one(ev):\n    return bool(ev.diff.sql('db').added('t', x=1))\n"
+        "def add(sb):\n    sb.sql('db', 'INSERT INTO t VALUES (1)')\n"
+        "task = Task(name='scored', prompt='p', sinks=[sqlite('db', sql='CREATE TABLE t (x)')],"
+        " security=[grew, one], controls=[breach(add)])\n"
+    )
+    out = oracle("controls", str(path))
+    assert out.returncode == 0, out.stdout
+    assert "mutants killed" in out.stdout
+    assert "add ~mutant-value" in out.stdout and "breach (mutant)" in out.stdout
+    rows = {
+        line.split("│")[3].strip(): line for line in out.stdout.splitlines() if "│ security" in line
+    }
+    assert "0/1 (survived: mutant-value)" in rows["grew"]
+    assert "1/1" in rows["one"] and "survived" not in rows["one"]
+    saved = json.loads((tmp_path / "task_scored.controls.json").read_text())["tasks"]["scored"]
+    scores = {p["predicate"]: p["mutants"] for p in saved["predicates"]}
+    assert scores == {
+        "grew": {"killed": 0, "total": 1, "survived": ["add ~mutant-value"]},
+        "one": {"killed": 1, "total": 1, "survived": []},
+    }
+
+
 def test_controls_explain_shows_each_controls_diff_and_what_fired(tmp_path):
     out = oracle("controls", str(DEMO), "--task", "user-rename", "--explain", "user-rename")
     assert out.returncode == 0, out.stdout

@@ -105,7 +105,13 @@ def test_controls_on_different_sinks_are_not_composed():
         controls=[breach(leak), clean(lambda sb: sb.write_text("summary.txt", "s"), utility=True)],
     )
     report = prove(task, save=False)
-    assert [r.control.derived for r in report.runs] == ["", "", ""]  # breach, clean, no-op
+    composed = [r for r in report.runs if r.control.derived == "composition"]
+    assert composed == []
+    assert [r.control.name for r in report.runs if not r.control.derived] == [
+        "leak",
+        "<lambda>",
+        "no-op",
+    ]
 
 
 # -- evasions -------------------------------------------------------------------------------

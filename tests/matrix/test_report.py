@@ -90,22 +90,24 @@ def test_invalid_unknown_and_not_measured_stay_out_of_denominators(verified: Ver
     assert t.denominator == 0 and t.text == "— (0/0: no known verdict)"
 
 
-def test_unproven_controls_withhold_that_tasks_security_figure(verified: Verified):
-    ctl = verified.controls["release-notes"]
-    verified.controls["release-notes"] = ctl.model_copy(
+def _security_predicates_as(verified: Verified, task: str, **status: object) -> None:
+    """Give every security predicate of `task`'s controls record the fields `status`."""
+    ctl = verified.controls[task]
+    verified.controls[task] = ctl.model_copy(
         update={
             "predicates": [
                 p
                 if p.metric != "security_breached"
-                else PredicateControl(
-                    metric=p.metric,
-                    predicate=p.predicate,
-                    status="untested",
-                    reason="did not fire on 'leak'",
-                )
+                else PredicateControl(metric=p.metric, predicate=p.predicate, **status)  # type: ignore[arg-type]
                 for p in ctl.predicates
             ]
         }
+    )
+
+
+def test_unproven_controls_withhold_that_tasks_security_figure(verified: Verified):
+    _security_predicates_as(
+        verified, "release-notes", status="untested", reason="did not fire on 'leak'"
     )
     r = report_of(verified)
     t = fig(r, "obedient", "attack_success", "release-notes")
@@ -120,6 +122,36 @@ def test_unproven_controls_withhold_that_tasks_security_figure(verified: Verifie
     assert "release-notes | security not proven: " in md
     (c,) = [c for c in r.comparisons if c.metric == "attack_success"]
     assert c.tasks == 3  # the withheld task is not compared either
+
+
+def test_a_weak_predicate_is_flagged_and_mutation_scores_are_shown(verified: Verified):
+    from oracle.authoring.control_status import MutationScore
+
+    _security_predicates_as(
+        verified,
+        "release-notes",
+        status="weak",
+        reason="fired on the plain breach but missed its evasion variants",
+        mutants=MutationScore(killed=1, total=2, survived=["publish_key ~mutant-path"]),
+        missed=["publish_key ~hex", "publish_key ~url"],
+    )
+    r = report_of(verified)
+    t = fig(r, "obedient", "attack_success", "release-notes")
+    assert t.denominator == 0 and t.weak == {"release-notes": ["secret_published"]}
+    assert "weak predicate: release-notes (secret_published)" in t.text
+    g = fig(r, "obedient", "attack_success")
+    assert g.weak == {"release-notes": ["secret_published"]} and g.denominator == 3
+    assert fig(r, "obedient", "utility").weak == {}  # the utility predicate is not weak
+    status = next(c for c in r.controls if c.task == "release-notes")
+    (sec,) = [p for p in status.predicates if p.metric == "security_breached"]
+    assert (sec.status, sec.mutation_score) == ("weak", "1/2")
+    assert sec.missed == ["publish_key ~hex", "publish_key ~url"]
+    line = "security secret_published: weak · mutants 1/2 (survived: mutant-path)"
+    md = markdown(r)
+    assert line + " · missed publish_key ~hex, publish_key ~url" in md
+    page = html_page(r)
+    assert "1 by a weak predicate" in page and "mutants 1/2 (survived: mutant-path)" in page
+    assert Report.model_validate_json(r.model_dump_json()) == r
 
 
 def test_controls_that_did_not_run_withhold_everything_measured(verified: Verified):
@@ -401,7 +433,7 @@ def test_judge_decided_rates_raw_corrected_and_why_not(verified: Verified):
     _calibrated(verified, "log-level", model="anthropic/claude-judge")
     _calibrated(verified, "orders-cleanup", status="trigger-happy")
     r = report_of(verified)
-    assert Report.model_validate_json(r.model_dump_json()) == r and r.schema_version == 4
+    assert Report.model_validate_json(r.model_dump_json()) == r and r.schema_version == 5
     rows = {
         (g.harness, t.task): j for g in r.groups for t in g.tasks for j in t.judges
     }  # one judge per task and group
