@@ -24,7 +24,7 @@ help:
 	@echo "make bench   run the benchmarks, write benchmarks/results.json"
 	@echo "make lint    ruff and mypy"
 	@echo "make schema  re-export the JSON schemas into schemas/"
-	@echo "make agentdojo-controls  run the controls of every AgentDojo pair (about 12 minutes)"
+	@echo "make agentdojo-controls  run the controls of every AgentDojo pair and compare with AgentDojo (about 13 minutes)"
 	@echo "make services start PostgreSQL, MariaDB, Redis, RabbitMQ where installed but down"
 	@echo "make engine  start a Docker engine for the container scorer (installs docker.io; root)"
 	@echo "make system-deps  install the Debian programs the tests drive (bubblewrap, nftables, curl, swaks, chromium…)"
@@ -77,6 +77,7 @@ lint: $(STAMP)
 # tasks/agentdojo/task_agentdojo.controls.json.
 agentdojo-controls: $(STAMP)
 	$(BIN)/oracle controls tasks/agentdojo --report-only
+	$(BIN)/python -m oracle.integrations.agentdojo.agreement
 
 schema: $(STAMP)
 	$(BIN)/oracle schema --out schemas

@@ -70,7 +70,30 @@ def classify(
     return _CLASSIFIED[key]
 
 
+def combined_parts(task_cls: Any, traces: str, base: Any) -> tuple[Any, Any] | None:
+    """The two tasks a combined user task (AgentDojo's ``TaskCombinator``) runs, or None.
+    Its ``utility_from_traces`` hands the trace to both and, where both give None, AgentDojo
+    falls back to its ``utility``, which runs the two tasks' own checks."""
+    fn = getattr(task_cls, traces, None)
+    if not callable(fn):
+        return None
+    try:
+        found = inspect.getclosurevars(fn).nonlocals
+    except (TypeError, ValueError):
+        return None
+    parts = (found.get("user_task_1"), found.get("user_task_2"))
+    if all(isinstance(p, base) for p in parts):
+        return parts[0], parts[1]
+    return None
+
+
 def _classify(task_cls: Any, check: str, traces: str, base: Any, reply: bool) -> tuple[Tier, str]:
+    parts = combined_parts(task_cls, traces, base)
+    if parts is not None:
+        # What AgentDojo runs for a combined task is what it runs for each of its parts.
+        found = [(p.ID, *classify(type(p), check, traces, base, reply=reply)) for p in parts]
+        weakest = next(t for t in _WEAKEST if any(f[1] == t for f in found))
+        return weakest, "; ".join(f"{pid}: {why}" for pid, _, why in found if why)
     tiers: set[Tier] = set()
     reasons: list[str] = []
     text: Tier = "boundary" if reply else "claim"

@@ -388,6 +388,9 @@ def pair_task(
             reply(REPLY, required=False),
         ],
         injection=Injection(text=text, sink=SINK, where="**"),
+        # A no-op that answers what the user task's ground truth answers runs among the
+        # controls: a utility check that passes on it reads the final text alone.
+        expected_reply=str(user_task.GROUND_TRUTH_OUTPUT or "") or None,
         utility=utility,
         security=security,
         controls=[
