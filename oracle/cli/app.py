@@ -35,6 +35,7 @@ from oracle.cli.render import (
     console,
     controls_tables,
     explain_panel,
+    plain,
     record_panel,
     summary_table,
     verdict_table,
@@ -53,7 +54,29 @@ app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     help="Decide what an agent did from the state of the world it acted in.",
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        import platform
+        from importlib.metadata import version
+
+        print(f"oracle {version('oracle')} (Python {platform.python_version()})")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    show_version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="print the version and exit"
+        ),
+    ] = False,
+) -> None:
+    """Decide what an agent did from the state of the world it acted in."""
 
 
 def limit_tasks(
@@ -101,7 +124,7 @@ def _load(paths: list[Path], only: list[str] | None) -> Loaded:
 def _report_load_errors(loaded: Loaded) -> None:
     out = console()
     for e in loaded.errors:
-        out.print(f"[red]could not load[/red] {e}")
+        out.print(f"[red]could not load[/red] {plain(e)}")
 
 
 def _available(tasks: list[Task]) -> tuple[list[Task], list[str], dict[str, str]]:
@@ -118,11 +141,13 @@ def _available(tasks: list[Task]) -> tuple[list[Task], list[str], dict[str, str]
             continue
         why = "; ".join(missing)
         if required():
-            console().print(f"[red]cannot run[/red] {t.name}: {why} ({REQUIRE_ENV}=1)")
+            console().print(
+                f"[red]cannot run[/red] {plain(t.name)}: {plain(why)} ({plain(REQUIRE_ENV)}=1)"
+            )
             problems.append(f"{t.name}: {why}")
             skipped[t.name] = f"not run: {why} ({REQUIRE_ENV}=1)"
         else:
-            console().print(f"[yellow]skipped[/yellow] {t.name}: {why}")
+            console().print(f"[yellow]skipped[/yellow] {plain(t.name)}: {plain(why)}")
             skipped[t.name] = f"skipped: {why}"
     return kept, problems, skipped
 
@@ -274,7 +299,7 @@ def run_trials(
                         )
                     except Exception as exc:  # a bug of ours: named, and the run goes on
                         broken.append(f"task {task.name!r} × agent {agent.name!r}: {exc!r}")
-                        console().print(f"[red]trial failed:[/red] {broken[-1]}")
+                        console().print(f"[red]trial failed:[/red] {plain(broken[-1])}")
                     else:
                         records.append(result.record)
                     progress.advance(bar)
@@ -417,19 +442,19 @@ def trial(
         agents = [resolve_agent(a, options) for a in (agent or ["careful"])]
         limit_tasks(loaded.tasks, disk_limit, process_limit, memory_limit)
     except UsageError as exc:
-        console().print(f"[red]error:[/red] {exc}")
+        console().print(f"[red]error:[/red] {plain(exc)}")
         raise typer.Exit(2) from None
     _report_load_errors(loaded)
     tasks, refused = (loaded.tasks, []) if no_check else _checked(loaded.tasks)
     for msg in refused:
-        console().print(f"[red]refused by check:[/red] {msg}")
+        console().print(f"[red]refused by check:[/red] {plain(msg)}")
     tasks, down, skipped = _available(tasks)
     refused += down
     out = out or _default_out()
     held = _held_trials(out, tasks, agents, repetitions, model, profile)
     if held:
         console().print(
-            f"[red]error:[/red] {escape(str(out))} already holds {len(held)} of these trials "
+            f"[red]error:[/red] {plain(out)} already holds {len(held)} of these trials "
             f"({escape(', '.join(held[:5]))}{', …' if len(held) > 5 else ''}): nothing was "
             "run. Choose another --out (by default a new folder runs/<time>), or remove those "
             "archives",
@@ -440,7 +465,7 @@ def trial(
     try:
         judge = make_scorer(scorer, private_folders(out), tasks)
     except UsageError as exc:
-        console().print(f"[red]error:[/red] {exc}")
+        console().print(f"[red]error:[/red] {plain(exc)}")
         raise typer.Exit(2) from None
     with _interruptible():
         records = run_trials(
@@ -498,14 +523,16 @@ def controls(
         for name in explain or ():
             loaded.by_name(name)
     except (UsageError, KeyError) as exc:
-        console().print(f"[red]error:[/red] {exc.args[0] if isinstance(exc, KeyError) else exc}")
+        console().print(
+            f"[red]error:[/red] {plain(exc.args[0] if isinstance(exc, KeyError) else exc)}"
+        )
         raise typer.Exit(2) from None
     _report_load_errors(loaded)
     tasks, down, skipped = _available(loaded.tasks)
     try:
         judge = make_scorer(scorer, private_folders(out) if out else [], tasks)
     except UsageError as exc:
-        console().print(f"[red]error:[/red] {exc}")
+        console().print(f"[red]error:[/red] {plain(exc)}")
         raise typer.Exit(2) from None
     with _interruptible():
         report = run_all_controls(tasks, out, timeout, judge)
@@ -519,9 +546,9 @@ def controls(
     for table in controls_tables(report):
         c.print(table)
     for e in report.errors:
-        c.print(f"[red]error:[/red] {e}")
+        c.print(f"[red]error:[/red] {plain(e)}")
     for f in report.flags:
-        c.print(f"[red]flagged:[/red] {f}")
+        c.print(f"[red]flagged:[/red] {plain(f)}")
     if loaded.errors:
         # Not a control that misbehaved: the tasks were never there to prove (repeated here,
         # below the tables, so a long run does not bury it).
@@ -537,7 +564,7 @@ def check(paths: PathsArg, task: TaskOpt = None) -> None:
     try:
         loaded = _load(paths, task)
     except UsageError as exc:
-        console().print(f"[red]error:[/red] {exc}")
+        console().print(f"[red]error:[/red] {plain(exc)}")
         raise typer.Exit(2) from None
     _report_load_errors(loaded)
     c = console()
@@ -546,9 +573,9 @@ def check(paths: PathsArg, task: TaskOpt = None) -> None:
         issues = check_task(t)
         refused += len(issues)
         for i in issues:
-            c.print(f"[red]refused[/red] {i}")
+            c.print(f"[red]refused[/red] {plain(i)}")
         if not issues:
-            c.print(f"[green]ok[/green] {t.name}")
+            c.print(f"[green]ok[/green] {plain(t.name)}")
     if refused or loaded.errors:
         raise typer.Exit(1)
 
@@ -583,16 +610,21 @@ def show(
             data = read_verified(folder, name)
         except ArchiveError as exc:
             for problem in str(exc).splitlines():
-                c.print(f"[red]does not verify:[/red] {problem}", highlight=False)
-            c.print(f"[red]{folder}: not shown: its files do not match manifest.sha256[/red]")
+                c.print(f"[red]does not verify:[/red] {plain(problem)}", highlight=False)
+            c.print(
+                f"[red]{plain(folder)}: not shown: its files do not match manifest.sha256[/red]"
+            )
             raise typer.Exit(1) from None
         except OSError as exc:
-            c.print(f"[red]error:[/red] cannot read {folder / name}: {exc}", highlight=False)
+            c.print(
+                f"[red]error:[/red] cannot read {plain(folder / name)}: {plain(exc)}",
+                highlight=False,
+            )
             raise typer.Exit(2) from None
         try:
             rec = TrialRecord.model_validate_json(data)
         except ValueError as exc:
-            c.print(f"[red]error:[/red] {folder / name} is not a trial record: {exc}")
+            c.print(f"[red]error:[/red] {plain(folder / name)} is not a trial record: {plain(exc)}")
             raise typer.Exit(2) from None
     c.print(record_panel(rec))
 
@@ -604,13 +636,16 @@ def _verified_cell(path: Path, key: Path | None) -> TrialRecord:
     try:
         public = load_public_key(key or default_public_key())
     except KeyFileError as exc:
-        c.print(f"[red]error:[/red] {exc}", highlight=False)
+        c.print(f"[red]error:[/red] {plain(exc)}", highlight=False)
         raise typer.Exit(2) from None
     try:
         return open_cell(path, public).record
     except Rejected as exc:
-        c.print(f"[red]does not verify:[/red] {path}: {exc.rule}: {exc.detail}", highlight=False)
-        c.print(f"[red]{path}: not shown[/red]")
+        c.print(
+            f"[red]does not verify:[/red] {plain(path)}: {plain(exc.rule)}: {plain(exc.detail)}",
+            highlight=False,
+        )
+        c.print(f"[red]{plain(path)}: not shown[/red]")
         raise typer.Exit(1) from None
 
 
@@ -659,7 +694,7 @@ def rescore(
         raise typer.Exit(2)
     missing = [p for p in paths if not p.exists()]
     if missing:
-        console().print(f"[red]error:[/red] no such archive: {', '.join(map(str, missing))}")
+        console().print(f"[red]error:[/red] no such archive: {plain(', '.join(map(str, missing)))}")
         raise typer.Exit(2)
     public = None
     key_path = key or default_public_key()
@@ -667,7 +702,7 @@ def rescore(
         try:
             public = load_public_key(key_path)
         except KeyFileError as exc:
-            console().print(f"[red]error:[/red] {escape(str(exc))}")
+            console().print(f"[red]error:[/red] {plain(exc)}")
             raise typer.Exit(2) from None
     targets = output_folders(paths, out)
     # The archives hold the transcripts: the scorer sees neither them nor what it writes.
@@ -675,13 +710,13 @@ def rescore(
     try:
         judge = make_scorer(scorer, hidden, loaded.tasks)
     except UsageError as exc:
-        console().print(f"[red]error:[/red] {exc}")
+        console().print(f"[red]error:[/red] {plain(exc)}")
         raise typer.Exit(2) from None
     try:
         with _interruptible():
             results = run_rescore(paths, loaded, judge, outs=targets, public=public)
     except RescoreError as exc:
-        console().print(f"[red]error:[/red] {escape(str(exc))}")
+        console().print(f"[red]error:[/red] {plain(exc)}")
         raise typer.Exit(2) from None
     c = console()
     c.print(rescore_table(results))
@@ -706,7 +741,7 @@ def list_tasks(paths: PathsArg) -> None:
     c = console()
     for t in loaded.tasks:
         kinds = ", ".join(f"{k.kind}" for k in t.controls) or "no controls"
-        c.print(f"[bold]{t.name}[/bold]  ({t.source})")
+        c.print(f"[bold]{plain(t.name)}[/bold]  ({plain(t.source)})")
         for s in t.sinks:
             c.print(f"    sink: {s.describe()}")
         c.print(f"    controls: {kinds}")
@@ -741,7 +776,7 @@ def demo_command(
     _report_load_errors(loaded)
     tasks, refused = _checked(loaded.tasks)
     for msg in refused:
-        console().print(f"[red]refused by check:[/red] {msg}")
+        console().print(f"[red]refused by check:[/red] {plain(msg)}")
     tasks, down, skipped = _available(tasks)
     refused += down
     out = out or _default_out()
@@ -749,7 +784,7 @@ def demo_command(
     try:
         judge = make_scorer(scorer, private_folders(out), tasks)
     except UsageError as exc:
-        console().print(f"[red]error:[/red] {exc}")
+        console().print(f"[red]error:[/red] {plain(exc)}")
         raise typer.Exit(2) from None
     broken: list[str] = []
     with _interruptible():
@@ -789,7 +824,7 @@ def demo_command(
     c.print(f"archives: {out}")
     if problems:
         for p in problems:
-            c.print(f"[red]✗[/red] {p}")
+            c.print(f"[red]✗[/red] {plain(p)}")
         raise typer.Exit(1)
     c.print(
         "[green]✓ the obedient agent breaches every task, the careful one none; "

@@ -32,7 +32,7 @@ from oracle.base.signing import (
     new_key,
     write_key_pair,
 )
-from oracle.cli.render import console
+from oracle.cli.render import console, plain
 from oracle.matrix.reduce import ReduceFailed, expected_from, verify_run
 from oracle.matrix.run import run_matrix
 from oracle.matrix.spec import MatrixError, load_matrix
@@ -149,13 +149,13 @@ def matrix_run(
             )
             raise typer.Exit(130) from None
     for d in s.discarded:
-        c.print(f"[yellow]discarded[/yellow] {d}")
+        c.print(f"[yellow]discarded[/yellow] {plain(d)}")
     for f in s.foreign:
-        c.print(f"[yellow]not in this matrix[/yellow] {f}")
+        c.print(f"[yellow]not in this matrix[/yellow] {plain(f)}")
     for t, how in s.controls.items():
         c.print(f"controls of {t}: {how}", markup=False)
     for i in s.invalid:
-        c.print(f"[yellow]invalid execution[/yellow] {i}", highlight=False)
+        c.print(f"[yellow]invalid execution[/yellow] {plain(i)}", highlight=False)
     refused = f" ({len(s.refused)} refused before signing)" if s.refused else ""
     c.print(
         f"{s.cells} cells: {len(s.written)} run now, {len(s.kept)} kept from before, "
@@ -243,7 +243,7 @@ def reduce_command(
         verified = verify_run(run, exp, public, require_parity=not no_parity)
     except ReduceFailed as exc:
         for r in exc.rejections:
-            c.print(f"[red]rejected[/red] {r}", highlight=False)
+            c.print(f"[red]rejected[/red] {plain(r)}", highlight=False)
         rules = sorted({r.rule for r in exc.rejections})
         c.print(
             f"[red]{len(exc.rejections)} rejection(s) ({', '.join(rules)}); "

@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rich.console import Console, Group
+from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -310,6 +311,12 @@ def record_panel(r: TrialRecord) -> Group:
     for sink, msg in r.observation_errors.items():
         parts.append(Text(f"observation of {sink} failed: {msg}", style="red"))
     return Group(*parts)
+
+
+def plain(value: object) -> str:
+    """`value` as text Rich prints as it is: brackets in an error (``Scope({sink: [globs]})``)
+    are not taken for markup."""
+    return escape(str(value))
 
 
 def console() -> Console:

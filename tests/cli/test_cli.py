@@ -432,3 +432,26 @@ def test_container_isolation_without_an_engine_is_a_clear_error(tmp_path, monkey
     stray = oracle(*args, "--image", "alpine", "--out", str(tmp_path))
     assert stray.returncode == 2 and "--image goes with --isolation container" in stray.stdout
     assert not list(tmp_path.rglob("record.json"))
+
+
+def test_version_and_short_help():
+    from importlib.metadata import version
+
+    out = oracle("--version")
+    assert out.returncode == 0 and out.stdout.startswith(f"oracle {version('oracle')} (Python ")
+    for args in (("-h",), ("controls", "-h"), ("matrix", "-h")):
+        short, long = oracle(*args), oracle(*args[:-1], "--help")
+        assert short.returncode == 0 and short.stdout == long.stdout, args
+    assert "Usage: oracle controls" in oracle("controls", "-h").stdout
+
+
+def test_error_text_with_brackets_is_printed_as_it_is(tmp_path):
+    path = tmp_path / "task_scope.py"
+    path.write_text(
+        "from oracle import Task, sqlite\n"
+        "task = Task(name='s', prompt='p', sinks=[sqlite('db', sql='select 1')], scope='x')\n"
+    )
+    out = oracle("check", str(path))
+    assert out.returncode != 0
+    text = " ".join(out.stdout.split())
+    assert "use Scope({sink: [globs]})" in text, out.stdout
