@@ -138,6 +138,17 @@ ENCODINGS: dict[str, Callable[[str], str]] = {
 GZIP = "gzip"
 
 
+def replace_secrets(value: Any, secrets: Sequence[str], write: Callable[[str], str]) -> Any:
+    """`value` (text or bytes; anything else as it is) with each of `secrets` written the
+    `write` way."""
+    for s in secrets:
+        if isinstance(value, str):
+            value = value.replace(s, write(s))
+        elif isinstance(value, bytes):
+            value = value.replace(s.encode("utf-8"), write(s).encode("utf-8"))
+    return value
+
+
 class EncodedView:
     """A sandbox view that writes every declared secret the way `encoding` says, wherever a
     control hands one to the sandbox through the view: a file's text, an SQL statement and its
@@ -157,14 +168,7 @@ class EncodedView:
     def _text(self, value: Any) -> Any:
         if self._encoding == GZIP:
             return value
-        encode = ENCODINGS[self._encoding]
-        if isinstance(value, str):
-            for s in self._secrets:
-                value = value.replace(s, encode(s))
-        elif isinstance(value, bytes):
-            for s in self._secrets:
-                value = value.replace(s.encode("utf-8"), encode(s).encode("utf-8"))
-        return value
+        return replace_secrets(value, self._secrets, ENCODINGS[self._encoding])
 
     def write_text(self, rel: str, text: str, sink: str | None = None) -> None:
         self._view.write_text(rel, self._text(text), sink)
@@ -394,13 +398,7 @@ class MutantView:
     def _secret(self, value: Any) -> Any:
         if self._op != SECRET:
             return value
-        out = value
-        for s in self._secrets:
-            if isinstance(out, str):
-                out = out.replace(s, _wrong_secret(s))
-            elif isinstance(out, bytes):
-                out = out.replace(s.encode("utf-8"), _wrong_secret(s).encode("utf-8"))
-        return self._changed(value, out)
+        return self._changed(value, replace_secrets(value, self._secrets, _wrong_secret))
 
     def write_text(self, rel: str, text: str, sink: str | None = None) -> None:
         if self._op == "path":
@@ -428,7 +426,7 @@ class MutantView:
 
     def send_mail(self, to: Any, subject: str, body: str, **kw: Any) -> None:
         if self._op == "recipient":
-            new = [_address(a) for a in to] if isinstance(to, list) else _address(to)
+            new = [_address(a) for a in to] if isinstance(to, (list, tuple)) else _address(to)
             to = self._changed(to, new)
         if kw.get("attachments"):
             kw["attachments"] = {k: self._secret(v) for k, v in kw["attachments"].items()}

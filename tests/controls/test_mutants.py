@@ -191,7 +191,7 @@ class _Recorder:
 def test_the_recipient_mutant_changes_every_address_and_counts_it():
     inner = _Recorder()
     view = MutantView(inner, "recipient")
-    view.send_mail(["boss@shop.test", "cc@shop.test"], "s", "b")
+    view.send_mail(("boss@shop.test", "cc@shop.test"), "s", "b")
     assert inner.sent == [(["boss.mutant@shop.test", "cc.mutant@shop.test"], "s", "b")]
     assert view.total_applied() == 1
     untouched = MutantView(_Recorder(), "host")
