@@ -8,26 +8,31 @@ from __future__ import annotations
 
 import html
 from collections.abc import Sequence
+from urllib.parse import urlencode
 
 from oracle.reports.markdown import (
     controls_summary,
+    excluded_lines,
     fmt_agreement,
     fmt_diff,
     fmt_num,
     fmt_p,
     group_name,
+    inputs_title,
     judge_model,
     judge_rows,
     predicate_lines,
+    unchecked,
+    usage_rows,
 )
 from oracle.reports.model import (
     JUDGE_METHOD,
     METRICS,
-    UNCHECKED,
     GroupFigures,
     Report,
     metric_label,
 )
+from oracle.reports.trials import UNSIGNED
 
 _CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:2rem auto;max-width:1150px;
@@ -39,6 +44,8 @@ th,td{border:1px solid #d5dbe3;padding:.3rem .5rem;text-align:left;vertical-alig
 th{background:#eef2f6}td.num{text-align:right;font-variant-numeric:tabular-nums}
 .meta{color:#4a5668}.claims li{margin:.2rem 0}.no{color:#8a3b12}.yes{color:#1d6b3a}
 .warn{color:#8a3b12}
+.banner{border:2px solid #b7791f;background:#fffaf0;color:#744210;padding:.6rem .8rem;
+margin:.8rem 0;font-weight:600}
 .plots{display:flex;flex-wrap:wrap;gap:1rem}.plot{border:1px solid #d5dbe3;background:#fff}
 code{font-size:.85em}details{margin:.6rem 0}
 """
@@ -185,6 +192,57 @@ def _td(s: object, num: bool = False) -> str:
     return f'<td class="num">{_e(s)}</td>' if num else f"<td>{_e(s)}</td>"
 
 
+def trials_href(g: GroupFigures, task: str | None = None) -> str:
+    """The viewer's page of the trials behind a group's (or one task's) figures, relative to
+    the report's page (`oracle view` serves it; docs/view.md, 'Links')."""
+    query = {"agent": g.harness, "model": g.model, "profile": g.profile}
+    if task is not None:
+        query["task"] = task
+    return "trials?" + urlencode(query)
+
+
+def _rate_td(s: object, href: str) -> str:
+    return f'<td><a class="rate" href="{_e(href)}">{_e(s)}</a></td>'
+
+
+def usage_html(r: Report) -> list[str]:
+    """The model usage table (`markdown.usage_section` says the same in Markdown)."""
+    rows = [
+        [
+            _td(group_name(g)),
+            _td(", ".join(u.models) or "—"),
+            _td(u.calls, True),
+            _td(u.input_tokens, True),
+            _td(u.output_tokens, True),
+            _td(u.unknown_calls, True),
+            _td(f"{u.cost_usd:.4f}" if u.cost_usd is not None else f"— ({u.cost_note})"),
+            _td(f"{u.observed}/{u.cells}", True),
+            _td(", ".join(u.unverified) or "—"),
+        ]
+        for g, u in usage_rows(r)
+    ]
+    if not rows:
+        return []
+    head = [
+        "harness · model · profile",
+        "models that answered",
+        "calls",
+        "input tokens",
+        "output tokens",
+        "unknown usage",
+        "cost (USD)",
+        "cells observed",
+        "model not verified",
+    ]
+    return [
+        "<h2>Model usage (observed at the egress recorder)</h2>",
+        "<p>The models that answered and the tokens their responses reported; calls with "
+        "unknown usage are counted, never guessed. A cell whose matrix declares a model but "
+        "whose recorder saw none answer is not verified.</p>",
+        _table(head, rows, "usage"),
+    ]
+
+
 def html_page(r: Report) -> str:
     groups = r.groups
     plots = "".join(rate_plot(m, groups) for m in METRICS) + counts_plot(groups)
@@ -198,7 +256,7 @@ def html_page(r: Report) -> str:
                 _td(g.profile),
                 _td(g.attempts, True),
                 _td(g.invalid, True),
-                *[_td(figs[m].text) for m in METRICS],
+                *[_rate_td(figs[m].text, trials_href(g)) for m in METRICS],
                 _td(
                     " / ".join(str(figs[m].unknown) for m in ("utility", "security", "autonomy")),
                     True,
@@ -218,7 +276,7 @@ def html_page(r: Report) -> str:
                     f'<td class="{"yes" if status == "proven" else "no"}">{_e(status)}</td>',
                     _td(t.attempts, True),
                     _td(t.invalid, True),
-                    *[_td(figs[m].text) for m in METRICS],
+                    *[_rate_td(figs[m].text, trials_href(g, t.task)) for m in METRICS],
                 ]
             )
     judge_table = [
@@ -269,14 +327,20 @@ def html_page(r: Report) -> str:
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>{_e(r.title)}</title><style>{_CSS}</style></head><body>",
         f"<h1>{_e(r.title)}</h1>",
-        f'<p class="meta">matrix <code>{_e(r.matrix)}</code> ({_e(r.matrix_digest)}) · run '
-        f"<code>{_e(r.run_id)}</code> · "
-        f"generated {_e(r.generated_at)} · archives signed by key "
-        f"<code>{_e(r.signer_key_id[:16])}…</code> · parity "
+        (
+            f'<div class="banner unsigned" id="unsigned" role="alert">{_e(UNSIGNED)}</div>'
+            f'<p class="meta">{len(r.inputs)} trial folders, {len(r.excluded)} left out · '
+            f"generated {_e(r.generated_at)} · no signature checked · parity "
+            if r.unsigned
+            else f'<p class="meta">matrix <code>{_e(r.matrix)}</code> ({_e(r.matrix_digest)}) · '
+            f"run <code>{_e(r.run_id)}</code> · "
+            f"generated {_e(r.generated_at)} · archives signed by key "
+            f"<code>{_e(r.signer_key_id[:16])}…</code> · parity "
+        )
         + (
             "required</p>"
             if r.require_parity
-            else f'<b class="warn">{_e(r.parity)}</b>: {_e(UNCHECKED)}</p>'
+            else f'<b class="warn">{_e(r.parity)}</b>: {_e(unchecked(r))}</p>'
         ),
         f'<p class="meta">attempts <b id="attempts">{r.attempts}</b> · invalid executions '
         f'<b id="invalid">{r.invalid}</b> (counted, in no denominator)</p>',
@@ -304,6 +368,7 @@ def html_page(r: Report) -> str:
             group_rows,
             "groups",
         ),
+        *usage_html(r),
         "<h2>Per task</h2>",
         _table(
             ["harness · model · profile", "task", "controls", "attempts", "invalid", *metric_heads],
@@ -381,17 +446,27 @@ def html_page(r: Report) -> str:
     parts += [f"<li>{_e(k)}: {_e(', '.join(v))}</li>" for k, v in r.versions.items()]
     parts.append("</ul>")
     parts.append(
-        f"<h2>Inputs</h2><details><summary>{len(r.inputs)} verified archives with their "
+        f"<h2>Inputs</h2><details><summary>{_e(inputs_title(r))}, with their "
         "sha256</summary>"
         + _table(
-            ["archive", "sha256", "status"],
+            ["trial folder", "manifest sha256", "status"]
+            if r.unsigned
+            else ["archive", "sha256", "status"],
             [
-                [_td(i.path), f"<td><code>{_e(i.sha256)}</code></td>", _td(i.status)]
+                [
+                    f'<td><a class="trial" href="trial/{_e(i.sha256)}">{_e(i.path)}</a></td>',
+                    f"<td><code>{_e(i.sha256)}</code></td>",
+                    _td(i.status),
+                ]
                 for i in r.inputs
             ],
             "inputs",
         )
         + "</details>"
     )
+    if r.excluded:
+        parts.append('<h2>Left out</h2><ul class="excluded">')
+        parts += [f"<li>{_e(line)}</li>" for line in excluded_lines(r)]
+        parts.append("</ul>")
     parts.append("</body></html>\n")
     return "\n".join(parts)
