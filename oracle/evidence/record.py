@@ -16,6 +16,7 @@ from oracle.evidence.attempt import Attempt
 from oracle.evidence.claims import Claim
 from oracle.evidence.invocation import Invocation
 from oracle.evidence.tools import ToolCall
+from oracle.evidence.usage import ModelUsage
 
 SCHEMA_VERSION = 1
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
@@ -255,6 +256,11 @@ class TrialRecord(BaseModel):
         default_factory=list,
         description="servers of the task's sinks that let an agent log in past the "
         "sandbox's account, and whether this agent's way to each was gated",
+    )
+    usage: ModelUsage | None = Field(
+        None,
+        description="the model calls the egress recorder saw, the models that answered and "
+        "the tokens they used, as the responses said (null: no recorder could observe them)",
     )
     final_message: str | None = Field(
         None, description="claim tier: what the agent said of its work; never evidence"

@@ -11,6 +11,7 @@ Set rules:
 from __future__ import annotations
 
 import os
+import re
 import stat
 from collections import Counter, defaultdict
 from collections.abc import Sequence
@@ -28,6 +29,7 @@ from oracle.matrix.cell_archive import (
     SUFFIX,
     CellMeta,
     Limits,
+    ModelSetting,
     OpenedCell,
     Rejected,
     open_cell,
@@ -51,6 +53,10 @@ SET_RULES: dict[str, str] = {
     "parity": "unless --no-parity: runtime versions (oracle, Python, packages…) differ between "
     "archives, a harness's agent program (file digest or --version) differs between its cells, "
     "a model's provider or version is not the one the matrix declares, or task code changed",
+    "model-observed": "unless --no-parity: a model the egress recorder saw answer a cell's "
+    "model calls is not the model the matrix declares for the cell (its version, else its "
+    "name; a dated snapshot of it, such as name-2025-01-31, counts as it), or a model "
+    "answered where the matrix declares none",
 }
 RULES: dict[str, str] = {**ARCHIVE_RULES, **SET_RULES}
 __doc__ = (__doc__ or "") + "".join(f"\n- ``{k}``: {v}" for k, v in SET_RULES.items())
@@ -203,6 +209,7 @@ def verify_run(
     bad += mixed
     if require_parity:
         bad += _check_parity(root, opened, expected)
+        bad += _check_observed_models(root, opened, expected)
     if bad:
         raise ReduceFailed(bad)
     cells = sorted(opened, key=lambda c: c.record.cell.id)
@@ -382,6 +389,56 @@ def _check_parity(root: Path, opened: list[OpenedCell], expected: Expected) -> l
                     f"task {c.record.cell.task!r} has changed since this cell ran",
                 )
             )
+    return bad
+
+
+def declared_model(m: ModelSetting) -> str | None:
+    """The model a matrix declares for a cell, as responses would name it: its version, else
+    its name; None where it declares none (name, provider and version all ``none``)."""
+    if m.version != "none":
+        return m.version
+    if m.name != "none" or m.provider != "none":
+        return m.name
+    return None
+
+
+#: What a provider appends to an alias when it answers with the snapshot the alias points to.
+_SNAPSHOT = re.compile(r"-(\d{4}-\d{2}-\d{2}|\d{8})$")
+
+
+def is_declared(observed: str, declared: str) -> bool:
+    """Whether the model a response named is the declared one, or a dated snapshot of it."""
+    if observed == declared:
+        return True
+    m = _SNAPSHOT.search(observed)
+    return m is not None and observed[: m.start()] == declared
+
+
+def _check_observed_models(
+    root: Path, opened: list[OpenedCell], expected: Expected
+) -> list[Rejection]:
+    """The models the recorder saw answer each cell are the one the matrix declares. A cell
+    with no model observed is not refused here (its agent may call no model, or call it past
+    every recorder): the report flags it as not verified."""
+    bad: list[Rejection] = []
+    for c in opened:
+        meta = expected.meta.get(c.record.cell.id)
+        usage = c.record.usage
+        if meta is None or usage is None or not usage.models:
+            continue
+        declared = declared_model(meta.model)
+        others = [m for m in usage.models if declared is None or not is_declared(m, declared)]
+        if not others:
+            continue
+        named = f"declares {declared!r}" if declared is not None else "declares no model"
+        bad.append(
+            Rejection(
+                _rel(c.path, root),
+                "model-observed",
+                f"{c.record.cell.id}: {', '.join(repr(m) for m in others)} answered its model "
+                f"calls (seen at the egress recorder); the matrix {named}",
+            )
+        )
     return bad
 
 

@@ -34,7 +34,14 @@ from types import TracebackType
 from typing import IO, Any
 
 from oracle.evidence.attempt import Attempt
-from oracle.proxies.egress_log import EgressRequest, fold, open_tunnels, read_events
+from oracle.proxies.egress_log import (
+    EgressRequest,
+    ResponseBody,
+    fold,
+    open_tunnels,
+    read_events,
+    response_bodies,
+)
 from oracle.proxies.egress_policy import Canned, EgressPolicy
 
 __all__ = ["Canned", "EgressPolicy", "EgressRecorder", "EgressRequest", "RecorderError"]
@@ -66,7 +73,8 @@ class EgressRecorder:
     """A mitmproxy child process that records and answers requests by `policy`.
 
     - `body_limit`: request bytes kept per request (the rest is counted, hashed and dropped;
-      the record says ``truncated``).
+      the record says ``truncated``), and response bytes kept per passed request
+      (`exchanges`).
     - `upstream_ca`: a PEM file of CAs to trust when passing requests through to allowed
       hosts (a test's own HTTPS server); `ssl_insecure` skips upstream verification.
     - `listen_port`: 0 for an ephemeral port.
@@ -324,3 +332,10 @@ class EgressRecorder:
             if (settled and not open_tunnels(self._events)) or time.monotonic() >= deadline:
                 return records
             time.sleep(0.01)
+
+    def exchanges(self, settle: float = 0.5) -> list[tuple[EgressRequest, ResponseBody | None]]:
+        """`requests` with the response body kept for each (passed requests only: see
+        `egress_log.response_bodies`), or None where none was kept."""
+        records = self.requests(settle)
+        bodies = response_bodies(self._events, self.spill_dir)
+        return [(r, bodies.get(r.id)) for r in records]

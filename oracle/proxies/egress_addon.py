@@ -20,6 +20,9 @@ How a request is answered:
   kept in a spill file up to the cap (the rest is counted and dropped, and the record says
   ``truncated``). Passed requests stream on to their host; blocked and canned ones stream to a
   local drain that discards them, and the drain's reply is replaced by the real answer.
+- What a passed host answers is kept as it was sent (content coding and all) up to the same
+  cap, beside the log and never in a request's record: model API responses say which model
+  answered and how many tokens it used (`oracle.sinks.egress_usage`).
 - Raw TCP inside a CONNECT tunnel (not TLS, not HTTP) is recorded and closed unless the host is
   allowed; a client that refuses the sandbox's certificate is recorded with that error.
 """
@@ -90,15 +93,19 @@ class _Capture:
 
 
 class _Counter:
-    """A streamed response body: counted and hashed, passed on unchanged."""
+    """A streamed response body: counted and hashed, passed on unchanged; with a `keep`
+    capture, also kept up to its cap (the response of a passed request)."""
 
-    def __init__(self) -> None:
+    def __init__(self, keep: _Capture | None = None) -> None:
         self.size = 0
         self.hash = hashlib.sha256()
+        self.keep = keep
 
     def __call__(self, chunk: bytes) -> bytes:
         self.size += len(chunk)
         self.hash.update(chunk)
+        if self.keep is not None:
+            self.keep(chunk)
         return chunk
 
 
@@ -235,7 +242,7 @@ class EgressAddon:
         data = flow.request.raw_content or b""
         self.emit({"e": "body", "id": state.id, **self._body(state.id, data)})
 
-    def _body(self, rid: int, data: bytes) -> dict[str, Any]:
+    def _body(self, rid: int, data: bytes, suffix: str = "body") -> dict[str, Any]:
         kept = data[: self.limit]
         out: dict[str, Any] = {
             "size": len(data),
@@ -246,7 +253,7 @@ class EgressAddon:
         if len(kept) <= INLINE_LIMIT:
             out["inline"] = b64(kept)
         else:
-            name = f"{rid}.body"
+            name = f"{rid}.{suffix}"
             (self.spill_dir / name).write_bytes(kept)
             out["spill"] = name
         return out
@@ -257,7 +264,14 @@ class EgressAddon:
             return
         length = flow.response.headers.get("content-length")
         if length is None or not length.isdigit() or int(length) > self.stream_at:
-            state.counter = _Counter()
+            # What a passed host answered is kept (as sent, content coding and all) up to the
+            # cap: model API responses say which model answered and what it used.
+            keep = (
+                _Capture(self.spill_dir / f"{state.id}.response", self.limit)
+                if state.decision.answer == "passed"
+                else None
+            )
+            state.counter = _Counter(keep)
             flow.response.stream = state.counter
 
     def response(self, flow: http.HTTPFlow) -> None:
@@ -268,11 +282,16 @@ class EgressAddon:
             host, port = str(state.extra["host"]), int(state.extra["port"])
             flow.response = _answer(state.decision, host, port)
         resp = flow.response
+        kept: dict[str, Any] | None = None
         if state.counter is not None:
             size, digest = state.counter.size, state.counter.hash.hexdigest()
+            if state.counter.keep is not None:
+                kept = state.counter.keep.event(True)
         else:
             body = resp.raw_content or b""
             size, digest = len(body), hashlib.sha256(body).hexdigest()
+            if state.decision.answer == "passed":
+                kept = self._body(state.id, body, "response")
         self.emit(
             {
                 "e": "answer",
@@ -282,6 +301,7 @@ class EgressAddon:
                 "headers": list(iter_b64(resp.headers.fields)),
                 "size": size,
                 "sha256": digest,
+                **({"body": kept} if kept is not None else {}),
             }
         )
 
@@ -297,6 +317,13 @@ class EgressAddon:
         }
         if state.capture is not None:
             event["body"] = {"id": state.id, **state.capture.event(False)}
+        if state.counter is not None and state.counter.keep is not None:
+            # What a passed host began to answer before the exchange broke: a model that
+            # answered used its tokens even when the client hung up mid-stream.
+            event["response_body"] = state.counter.keep.event(False)
+            if flow.response is not None:
+                event["response_status"] = flow.response.status_code
+                event["response_headers"] = list(iter_b64(flow.response.headers.fields))
         self.emit(event)
 
     def http_connect(self, flow: http.HTTPFlow) -> None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import orjson
 from pydantic import BaseModel, ConfigDict
@@ -241,6 +241,41 @@ def fold(events: Iterable[Mapping[str, Any]], spill_dir: Path) -> list[EgressReq
     return [EgressRequest.model_validate(r) for _, r in sorted(records.items())]
 
 
+class ResponseBody(NamedTuple):
+    """The response body the recorder kept for a passed request. When the exchange broke
+    (`error`), `body` is what arrived before it and `status` and `headers` what the host
+    had answered."""
+
+    body: Body
+    error: str | None = None
+    status: int | None = None
+    headers: tuple[Header, ...] = ()
+
+
+def response_bodies(
+    events: Iterable[Mapping[str, Any]], spill_dir: Path
+) -> dict[int, ResponseBody]:
+    """Request id → the response body the recorder kept for it (passed requests only).
+    Kept apart from `EgressRequest`: what a host answered is not the agent's request, and a
+    model's answer is no evidence."""
+    out: dict[int, ResponseBody] = {}
+    for ev in events:
+        rid = ev.get("id")
+        if not isinstance(rid, int):
+            continue
+        if ev.get("e") == "answer" and isinstance(ev.get("body"), dict):
+            out[rid] = ResponseBody(_body(ev["body"], spill_dir))
+        elif ev.get("e") == "error" and isinstance(ev.get("response_body"), dict):
+            status = ev.get("response_status")
+            out[rid] = ResponseBody(
+                _body(ev["response_body"], spill_dir),
+                str(ev.get("message", "")),
+                status if isinstance(status, int) else None,
+                tuple(_headers(ev.get("response_headers") or ())),
+            )
+    return out
+
+
 def open_tunnels(events: Iterable[Mapping[str, Any]]) -> set[str]:
     """Tunnels (CONNECTs) that have not yet carried TLS or TCP, nor failed."""
     opened: set[str] = set()
@@ -266,7 +301,9 @@ __all__ = [
     "Body",
     "EgressRequest",
     "Header",
+    "ResponseBody",
     "encode_event",
     "fold",
     "read_events",
+    "response_bodies",
 ]

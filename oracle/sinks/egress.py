@@ -33,11 +33,13 @@ from oracle.evidence.attempt import Attempt
 from oracle.evidence.diff import Change, Content, IncompleteEvidenceError, SinkDiff
 from oracle.evidence.kinds import SinkKind
 from oracle.evidence.snapshot import Snapshot, SnapshotError
+from oracle.evidence.usage import ModelCall
 from oracle.proxies.egress import EgressRecorder, RecorderError
 from oracle.proxies.egress_log import EgressRequest
 from oracle.proxies.egress_policy import Rule
 from oracle.sinks import content_coding
 from oracle.sinks.content_coding import Decoded, decode
+from oracle.sinks.egress_usage import model_calls
 from oracle.trial.agent import RunRecord
 
 KIND = "egress"
@@ -394,6 +396,11 @@ class EgressSink:
 
     def diff(self, before: Snapshot, after: Snapshot) -> EgressDiff:
         return diff_requests(self.name, before.state, after.state)
+
+    def model_calls(self) -> list[ModelCall]:
+        """The model API calls the recorder passed since the trial began, as their responses
+        tell them (`oracle.evidence.usage`): the record's usage, never evidence."""
+        return model_calls(self.name, self.recorder)
 
     def receive_run(self, run: RunRecord) -> None:
         """Take the connections the agent tried past the network namespace (if it ran in one):

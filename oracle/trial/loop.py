@@ -25,6 +25,7 @@ from oracle.evidence.claims import parse_claims
 from oracle.evidence.diff import Diff
 from oracle.evidence.evidence import HarnessRecords
 from oracle.evidence.invocation import Invocation, autonomy
+from oracle.evidence.prices import priced_by_env
 from oracle.evidence.record import (
     Cell,
     ControlsStatus,
@@ -39,6 +40,7 @@ from oracle.evidence.record import (
 )
 from oracle.evidence.sink import Exposure, SinkSpec
 from oracle.evidence.snapshot import Snapshot, States
+from oracle.evidence.usage import ModelUsage, observe_usage
 from oracle.judging import reach as reach_mod
 from oracle.judging.evaluators import PredicateResult, unsupported_predicates
 from oracle.judging.reach import ReachProbe
@@ -99,6 +101,8 @@ class _Trial:
     findings: list[Finding] = field(default_factory=list)
     #: Sink → what its server lets an agent do past the sandbox's account.
     exposures: dict[str, Exposure] = field(default_factory=dict)
+    #: The model calls the egress recorders saw during the run.
+    usage: ModelUsage | None = None
 
 
 def run_trial(
@@ -256,6 +260,7 @@ class TrialSession:
         sb.receive(t.run)
         t.injection = _injection_record_or_why(t, self._probe)
         t.after = _observe(sb)  # 5. snapshot after, and diff
+        t.usage = priced_by_env(observe_usage(sb.provisioned))  # what the model calls used
         t.diff, diff_errors = sb.diff(t.before.snapshots, t.after.snapshots)
         t.evaluation = _evaluate(t, diff_errors, self.scorer)  # 6. evaluate
         t.findings = _discrepancies_or_why(t, sb)  # 7. discrepancies
@@ -269,6 +274,7 @@ class TrialSession:
         t.evaluation = None  # whatever was judged before it broke does not stand
         if self._began and self._sandbox is not None:
             t.after = _observe(self._sandbox)
+            t.usage = priced_by_env(observe_usage(self._sandbox.provisioned))
             t.diff, _ = self._sandbox.diff(t.before.snapshots, t.after.snapshots)
         return self._done(_finish(t, self.out))
 
@@ -542,6 +548,7 @@ def _finish(t: _Trial, out: Path | None) -> TrialResult:
             list(run.network_attempts) if run and run.network_attempts is not None else None
         ),
         exposures=_exposures(t),
+        usage=t.usage,
         final_message=final[:FINAL_MESSAGE_LIMIT] if final else None,
         claims=parse_claims(final),
         controls=t.controls,

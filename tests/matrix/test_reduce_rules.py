@@ -760,6 +760,81 @@ def test_parity_holds_archives_to_the_model_the_matrix_declares(
     assert all(f"is {got}; the matrix declares {want}" in r.detail for r in found)
 
 
+def _usage_of(model: str | None) -> dict[str, object]:
+    """A record's usage: one answered call, whose response named `model`."""
+    from oracle.evidence.usage import ModelCall, ModelUsage
+
+    call = ModelCall(
+        provider="openai",
+        api="chat.completions",
+        sink="net",
+        request_id=1,
+        host="api.test",
+        path="/v1/chat/completions",
+        status=200,
+        model=model,
+        requested_model="gpt-x",
+        input_tokens=3,
+        output_tokens=4,
+        streamed=False,
+    )
+    return ModelUsage.of([call]).model_dump(mode="json")
+
+
+@rule("model-observed")
+@pytest.mark.parametrize(
+    ("declared", "observed", "refused"),
+    [
+        (None, "gpt-x", "declares no model"),  # the demo matrix declares none
+        ("gpt-x", "gpt-y", "declares 'gpt-x'"),  # another model answered
+        ("gpt-x", "gpt-x-2025-01-31", None),  # a dated snapshot of the declared alias
+        ("gpt-x", "gpt-x-turbo", "declares 'gpt-x'"),  # not a snapshot: another model
+        ("gpt-x", None, None),  # nothing observed: flagged in the report, not refused
+    ],
+)
+def test_a_cell_answered_by_another_model_than_declared_is_refused(
+    demo_run: DemoRun, tmp_path: Path, declared: str | None, observed: str | None, refused
+):
+    run = demo_run.copy(tmp_path / "run")
+    path = first_archive(run)
+    files, record = real_files(demo_run, path)
+    usage = _usage_of(observed) if observed is not None else None
+    raw = json.loads(files["record.json"])
+    files["record.json"] = json.dumps({**raw, "usage": usage}, indent=2).encode() + b"\n"
+    record = TrialRecord.model_validate_json(files["record.json"])
+    sign_bytes(
+        path.parent, path.name, pack(files), demo_run.key, record, manifest=manifest_bytes(files)
+    )
+    expected = demo_run.expected
+    if declared is not None:  # the matrix declares the model as the version of "none"
+        other = load_matrix(
+            write_matrix(
+                tmp_path / "m", extra=f'[models.none]\nprovider = "p"\nversion = "{declared}"'
+            )
+        )
+        expected = expected_from(other)
+        resign_all(
+            demo_run,
+            run,
+            lambda f: f.update(
+                {
+                    "cell.json": f["cell.json"]
+                    .replace(b'"provider": "none"', b'"provider": "p"')
+                    .replace(b'"version": "none"', f'"version": "{declared}"'.encode())
+                }
+            ),
+        )
+    verify_run(run, expected, demo_run.key.public_key(), require_parity=False)  # --no-parity
+    if refused is None:
+        verify_run(run, expected, demo_run.key.public_key())
+        return
+    with pytest.raises(ReduceFailed) as info:
+        verify_run(run, expected, demo_run.key.public_key())
+    (found,) = info.value.rejections
+    assert (found.where, found.rule) == (str(path.relative_to(run)), "model-observed")
+    assert f"{observed!r} answered its model calls" in found.detail and refused in found.detail
+
+
 def test_every_rule_has_a_test():
     assert set(RULES) == set(ARCHIVE_RULES) | {
         "stray-file",
@@ -771,5 +846,6 @@ def test_every_rule_has_a_test():
         "task-digest-mismatch",
         "run-mismatch",
         "parity",
+        "model-observed",
     }
     assert set(RULES) - TESTED == set()
