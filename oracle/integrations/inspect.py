@@ -17,6 +17,9 @@
   to the record its score came from.
 - When Inspect ends the sample (its ``on_sample_end`` hook, after every scorer ran), the
   sample's trial is let go; one that no scorer finished is recorded as abandoned then.
+- With ``sandbox="oracle"`` (`oracle.integrations.inspect_sandbox`) the trial is opened at
+  sample init instead, Inspect's own tools run their commands in it, and `oracle_solver`
+  runs the agent in that same trial; the commands are folded into its run when it finishes.
 
 A sample names its oracle task with `oracle_sample(path, name)` (metadata ``oracle_task`` and
 ``oracle_task_name``)::
@@ -39,21 +42,12 @@ error is raised on to Inspect (which then scores nothing for the sample).
 
 from __future__ import annotations
 
-import asyncio
-import atexit
-import contextlib
-import hashlib
-import json
 import re
-import threading
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from inspect_ai.dataset import Sample
-from inspect_ai.hooks import Hooks, SampleEnd, hooks
 from inspect_ai.model import ChatMessageAssistant, ChatMessageTool
 from inspect_ai.scorer import Score, Scorer, Target, mean, scorer, stderr
 from inspect_ai.solver import Generate, Solver, TaskState, solver
@@ -62,35 +56,36 @@ from oracle.authoring.loader import load_tasks
 from oracle.authoring.sandbox_view import SandboxView
 from oracle.authoring.task import Task
 from oracle.evidence.invocation import Invocation, Step
-from oracle.evidence.record import Cell, TrialRecord
+from oracle.evidence.record import TrialRecord
 from oracle.evidence.tools import ToolCall
+from oracle.integrations.inspect_trials import (
+    OracleInspectError,
+    adopt_trial,
+    finish_trial,
+    open_trial,
+    open_trials,
+    trial_cell,
+    trial_of,
+)
 from oracle.trial.agent import RunRecord
-from oracle.trial.embed import EmbeddedSandbox, sandbox
-from oracle.trial.loop import TrialResult
+
+__all__ = [
+    "OracleInspectError",
+    "open_trials",
+    "oracle_autonomy",
+    "oracle_sample",
+    "oracle_scorers",
+    "oracle_security",
+    "oracle_solver",
+    "oracle_utility",
+    "oracle_view",
+]
 
 TASK_KEY = "oracle_task"
 NAME_KEY = "oracle_task_name"
 ENV_KEY = "oracle_env"
 _STORE_KEY = "oracle:trial"
 DEFAULT_OUT = Path("runs") / "inspect"
-
-
-class OracleInspectError(RuntimeError):
-    """A sample that names no oracle task, or one that cannot be loaded."""
-
-
-@dataclass
-class _Open:
-    sandbox: EmbeddedSandbox
-    run: RunRecord | None = None
-    error: str | None = None
-    result: TrialResult | None = None
-
-
-# Trials live from the solver to the end of the sample (the scorers read them in between),
-# keyed by the sample's uuid.
-_OPEN: dict[str, _Open] = {}
-_LOCK = threading.Lock()
 
 
 def oracle_sample(path: str | Path, name: str | None = None, **fields: Any) -> Sample:
@@ -141,7 +136,7 @@ def _masked(value: str) -> str:
 
 def oracle_view(state: TaskState) -> SandboxView:
     """The sandbox view of the sample's trial (prompt and endpoints), for agent code."""
-    opened = _OPEN.get(state.uuid)
+    opened = trial_of(state.uuid)
     if opened is None:
         raise OracleInspectError(f"sample {state.sample_id!r} has no oracle sandbox open")
     return opened.sandbox.view
@@ -159,23 +154,12 @@ def oracle_solver(
     archive = Path(out) if out else DEFAULT_OUT
 
     async def solve(state: TaskState, generate: Generate) -> TaskState:
-        the_task = _task_of(state, task)
-        cell = Cell(
-            harness=harness,
-            task=the_task.name,
-            repetition=max(state.epoch - 1, 0),
-            model=str(state.model),
-            profile=_profile(state, the_task),
-        )
-        run = await _run_name()
-        sb = sandbox(the_task, cell=cell, out=archive, run=run, agent=_solver_name(agent))
-        await asyncio.to_thread(sb.__enter__)
-        opened = _Open(sb)
-        with _LOCK:
-            earlier = _OPEN.pop(state.uuid, None)
-            _OPEN[state.uuid] = opened
-        if earlier is not None:  # an attempt Inspect retries: the one before never finished
-            await asyncio.to_thread(_close, earlier, "Inspect ran the sample again")
+        opened = adopt_trial(state, task, out)
+        if opened is None:
+            the_task = _task_of(state, task)
+            cell = trial_cell(the_task, harness, state.epoch, str(state.model), state.sample_id)
+            opened = await open_trial(the_task, state.uuid, cell, archive, _solver_name(agent))
+        sb = opened.sandbox
         state.store.set(_STORE_KEY, state.uuid)
         if not sb.ready:
             return state  # the scorer records the failed sandbox: every score unscored
@@ -188,73 +172,12 @@ def oracle_solver(
         except Exception as exc:
             opened.error = f"solver raised {type(exc).__name__}: {exc}"
             opened.run = _run_record(state, agent, started, opened.error)
-            await _finish(opened)
+            await finish_trial(opened)
             raise
         opened.run = _run_record(state, agent, started, None)
         return state
 
     return solve
-
-
-# The name of each eval's run folder, by eval id (reading the eval's parameters costs a read
-# of its log's header: once per eval).
-_RUNS: dict[str, str] = {}
-
-
-async def _run_name() -> str | None:
-    """The folder of this eval's archives: ``<Inspect task>-<parameters>-<eval id>``, where
-    the parameters are ``args-`` and a digest of the task's arguments (as the eval log
-    records them), or ``noargs``. Two evals never share it, whatever their parameters; None
-    outside a running sample (each trial is then a run of its own)."""
-    try:
-        from inspect_ai.log._samples import sample_active
-
-        active = sample_active()
-    except Exception:  # Inspect moved it: a run per trial still keeps archives apart
-        return None
-    if active is None or not active.eval_id:
-        return None
-    with _LOCK:
-        known = _RUNS.get(active.eval_id)
-    if known is not None:
-        return known
-    tag = await _args_tag(active.log_location)
-    name = f"{_slug(str(active.task))}-{tag}-{active.eval_id}"
-    with _LOCK:
-        return _RUNS.setdefault(active.eval_id, name)
-
-
-async def _args_tag(log_location: str) -> str:
-    """``args-<digest>`` of the eval's task arguments, ``noargs``, or ``args-unknown`` when
-    the log's header cannot be read."""
-    try:
-        from inspect_ai.log import read_eval_log_async
-
-        args = (await read_eval_log_async(log_location, header_only=True)).eval.task_args
-    except Exception:
-        return "args-unknown"
-    if not args:
-        return "noargs"
-    text = json.dumps(args, sort_keys=True, default=str, separators=(",", ":"))
-    return "args-" + hashlib.sha256(text.encode()).hexdigest()[:8]
-
-
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("._") or "inspect"
-
-
-def _profile(state: TaskState, task: Task) -> str:
-    """The Inspect task's name (and the sample's id where it is not the oracle task's name),
-    so that two Inspect tasks over one oracle task archive apart."""
-    name = "inspect"
-    with contextlib.suppress(Exception):  # the running sample's task, where Inspect tells it
-        from inspect_ai.log._samples import sample_active
-
-        active = sample_active()
-        if active is not None and active.task:
-            name = str(active.task)
-    sample = str(state.sample_id)
-    return name if sample == task.name else f"{name}:{sample}"
 
 
 def _solver_name(agent: Solver) -> str:
@@ -322,18 +245,6 @@ def _tool_calls(state: TaskState) -> tuple[ToolCall, ...] | None:
     return tuple(calls) if calls else None
 
 
-async def _finish(opened: _Open) -> TrialResult:
-    """Finish the trial once (the first scorer does it) and close the sandbox."""
-    if opened.result is None:
-        sb = opened.sandbox
-        if sb.ready:
-            opened.result = await sb.afinish(opened.run, error=opened.error)
-        else:
-            opened.result = sb.finish()
-        await asyncio.to_thread(sb.__exit__, None, None, None)
-    return opened.result
-
-
 def _score(record: TrialRecord, metric: str, archive: Path | None) -> Score:
     value: bool | None = getattr(record, metric)
     meta: dict[str, Any] = {
@@ -373,15 +284,15 @@ def _explain(record: TrialRecord, metric: str) -> str:
 
 def _metric_scorer(metric: str) -> Scorer:
     async def score(state: TaskState, target: Target) -> Score:
-        key = state.store.get(_STORE_KEY)
-        opened = _OPEN.get(str(key)) if key else None
+        key = state.store.get(_STORE_KEY) or state.uuid  # the oracle sandbox opens it itself
+        opened = trial_of(str(key)) if key else None
         if opened is None:
             return Score.unscored(
                 reason="scoring_failed",
                 explanation=f"sample {state.sample_id!r} ran no oracle sandbox: wrap its "
                 "solver in oracle_solver()",
             )
-        result = await _finish(opened)
+        result = await finish_trial(opened)
         return _score(result.record, metric, result.archive)
 
     return score
@@ -408,43 +319,3 @@ def oracle_autonomy() -> Scorer:
 def oracle_scorers() -> list[Scorer]:
     """The three oracle scorers, one per metric (each metric its own score)."""
     return [oracle_utility(), oracle_security(), oracle_autonomy()]
-
-
-def open_trials() -> Mapping[str, Any]:
-    """Trials of samples Inspect has not ended yet (their scorers may still read them), by
-    sample uuid."""
-    return dict(_OPEN)
-
-
-def _close(opened: _Open, why: str) -> None:
-    """Tear down a trial that no scorer finished, recorded as abandoned (`why`)."""
-    if opened.result is not None:
-        return  # finished: its sandbox is already closed
-    with contextlib.suppress(Exception):
-        opened.result = opened.sandbox.abandon(why)
-    with contextlib.suppress(Exception):
-        opened.sandbox.__exit__(None, None, None)
-
-
-@hooks(name="oracle_trials", description="Lets go of each sample's oracle trial when it ends.")
-class OracleSampleEnd(Hooks):
-    """Drops the sample's trial once Inspect ends the sample: every scorer has run by then,
-    whichever of them were configured and in whatever order. A trial that none finished (no
-    oracle scorer, or scoring skipped) is recorded as abandoned."""
-
-    async def on_sample_end(self, data: SampleEnd) -> None:
-        with _LOCK:
-            opened = _OPEN.pop(data.sample_id, None)
-        if opened is not None and opened.result is None:
-            why = "Inspect ended the sample before an oracle scorer finished its trial"
-            await asyncio.to_thread(_close, opened, why)
-
-
-@atexit.register
-def _abandon_leftovers() -> None:
-    """A sample Inspect never ended: tear its sandbox down, recorded as abandoned."""
-    with _LOCK:
-        left = list(_OPEN.values())
-        _OPEN.clear()
-    for opened in left:
-        _close(opened, "the process exited before Inspect ended the sample")

@@ -5,7 +5,10 @@
 
 - `environment`: AgentDojo's pydantic environments as a sink (canonical snapshots, typed diff);
 - `checks`: AgentDojo's checks as evaluators, classified by the evidence tier they read;
-- `suite`: pairs as tasks, ground-truth pipelines as controls, the tools for agents.
+- `suite`: pairs as tasks, ground-truth pipelines as controls, the tools for agents;
+- `pipeline`: an AgentDojo pipeline as an oracle agent, its tool calls recorded (imported on
+  its own, ``from oracle.integrations.agentdojo.pipeline import pipeline_agent``: it loads
+  AgentDojo, which the rest of this package imports only when it is used).
 """
 
 from oracle.integrations.agentdojo.checks import AgentDojoCheck, classify
