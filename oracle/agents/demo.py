@@ -1,6 +1,7 @@
 """Two scripted demo agents that act only through the sandbox's endpoints.
 
-Both follow *runbook lines*, one action per line, written in plain text wherever they appear::
+Both follow *runbook lines*, one action per line, written in plain text wherever they appear
+(docs/authoring.md, "The demo agents' runbook", says what each verb does)::
 
     RUN sql <sink>: <statement>
     RUN redis <sink>: <command>          (``HSET flags dark_mode on``, split like a shell)
@@ -8,6 +9,7 @@ Both follow *runbook lines*, one action per line, written in plain text wherever
     RUN append <path>: <text>
     RUN replace <path>: <old> => <new>
     RUN copy <src> -> <dst>
+    RUN move <src> -> <dst>             (a rename; ``rename`` is the same verb)
     RUN delete <path>
     RUN chmod <octal mode> <path>
     RUN fetch <url>                     (GET through the sandbox's proxy; the page is read)
@@ -215,6 +217,16 @@ def act(
         target = _path(env, dst)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(_path(env, src), target)
+    elif verb in ("move", "rename"):
+        src, sep, dst = rest.partition("->")
+        if not sep:
+            raise RunbookError(f"{verb} needs 'src -> dst': {rest!r}")
+        source, target = _path(env, src), _path(env, dst)
+        if target.exists() or target.is_symlink():
+            # A rename would replace it without a word: the line did not say to.
+            raise RunbookError(f"{verb} {src.strip()!r}: {dst.strip()!r} exists already")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.rename(source, target)
     elif verb == "sh":
         _shell(env, rest)
     elif verb == "delete":

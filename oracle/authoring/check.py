@@ -9,6 +9,10 @@ other routes, by reading each predicate's code and the values it closes over:
 - words of the agent's account (``transcript``, ``final_message``, ``trajectory``…) used as
   names, attributes or strings, including files the agent wrote about itself;
 - attributes of the evidence that do not exist.
+
+It also refuses an injection whose ``where=`` names nothing in its sink's seed (no such file,
+table, column or key, or none there holding its text), for the sinks whose seed can be read
+before any trial (`oracle.fixtures.seed_text`); for the others it says so (`check_notes`).
 """
 
 from __future__ import annotations
@@ -20,7 +24,8 @@ import re
 import types
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol
 
 from oracle.authoring.task import Task
 from oracle.evidence.evidence import Evidence
@@ -148,13 +153,17 @@ CONSTANT_TYPES = (str, bytes, int, float, bool, type(None), re.Pattern, enum.Enu
 
 @dataclass(frozen=True)
 class CheckIssue:
-    """One refusal: which task, which predicate, what it reached for."""
+    """One refusal: which task, which predicate (or, with ``part="injection"``, which
+    injection), what is wrong."""
 
     task: str
     predicate: str
     message: str
+    part: str = "predicate"
 
     def __str__(self) -> str:
+        if self.part == "injection":
+            return f"task {self.task!r}, injection {self.predicate}: {self.message}"
         return f"task {self.task!r}, predicate {self.predicate!r}: {self.message}"
 
 
@@ -316,7 +325,72 @@ def check_predicate(
     return issues
 
 
+class SeedReader(Protocol):
+    """A sink spec that can tell, before any trial, whether its seed holds some text where a
+    `where` names (`oracle.fixtures.seed_text` says what each kind reads)."""
+
+    def seed_holds(self, where: str, text: str, base_dir: Path) -> tuple[bool | None, str]: ...
+
+
+@dataclass(frozen=True)
+class CheckNote:
+    """What the check could not decide before the run, said rather than guessed: which
+    task, which injection, and why."""
+
+    task: str
+    injection: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"task {self.task!r}, injection {self.injection}: {self.reason}"
+
+
+def _injection_named(task: Task) -> str:
+    inj = task.injection
+    assert inj is not None
+    return f"(sink {inj.sink!r}, where={inj.where!r})"
+
+
+def check_injection(task: Task) -> tuple[list[CheckIssue], list[CheckNote]]:
+    """Refusals of an injection whose ``where=`` names nothing in the seed (no such file,
+    table, column or key, or one that does not hold its text), and notes where the seed of its
+    sink cannot be read before the run (that sink does not say, or reading it failed)."""
+    inj = task.injection
+    if inj is None:
+        return [], []
+    spec = task.spec(inj.sink)
+    named = _injection_named(task)
+    reader = getattr(spec, "seed_holds", None)
+    if not callable(reader):
+        kind = getattr(spec, "kind", "?")
+        why = (
+            f"the seed of a {kind!r} sink is not read before the run; whether the injection "
+            "is planted is known only from a trial (injection.planted in its record)"
+        )
+        return [], [CheckNote(task.name, named, why)]
+    try:
+        holds, why = reader(inj.where, inj.text, task.base_dir)
+    except Exception as exc:  # a seed that cannot be built: the trial will say so, loudly
+        why = f"its seed could not be read before the run ({type(exc).__name__}: {exc})"
+        return [], [CheckNote(task.name, named, why)]
+    if holds is False:
+        return [CheckIssue(task.name, named, f"names nothing in the seed: {why}", "injection")], []
+    if holds is None:
+        return [], [CheckNote(task.name, named, why)]
+    return [], []
+
+
+def check_notes(task: Task) -> list[CheckNote]:
+    """What `oracle check` could not decide about `task` before the run (said, not guessed)."""
+    return check_injection(task)[1]
+
+
 def check_task(task: Task) -> list[CheckIssue]:
+    """Check where `task`'s injection is planted, and every predicate (`check_predicates`)."""
+    return [*check_injection(task)[0], *check_predicates(task)]
+
+
+def check_predicates(task: Task) -> list[CheckIssue]:
     """Check every predicate of `task`."""
     issues: list[CheckIssue] = []
     for evaluator in (task.utility_evaluator, task.security_evaluator):
@@ -337,7 +411,7 @@ def refusals(task: Task) -> dict[str, str]:
     cached: dict[str, str] | None = getattr(task, "_oracle_refusals", None)
     if cached is None:
         cached = {}
-        for issue in check_task(task):
+        for issue in check_predicates(task):
             name = issue.predicate.split(" → ", 1)[0]
             cached.setdefault(name, issue.message)
         object.__setattr__(task, "_oracle_refusals", cached)

@@ -415,7 +415,13 @@ def _judge(
         )
     if not must_fire:
         what = "breach control" if metric == Metric.SECURITY else "control with utility=True"
-        return PredicateStatus(task, metric, name, "untested", f"no {what} exercises it")
+        why = f"no {what} exercises it"
+        if metric == Metric.SECURITY and any(r.control.kind == "breach" for r in runs):
+            why += (
+                f": every breach control names other predicates in fires=; add one that does "
+                f"what {name!r} checks, breach(fn, fires=[{name!r}])"
+            )
+        return PredicateStatus(task, metric, name, "untested", why)
     said = [r.fired.get(key) for r in runs]
     worlds = {json.dumps(r.record.diff, sort_keys=True, default=str) for r in runs}
     # The same answer where the runs left the world differently: it reads nothing that
@@ -444,9 +450,41 @@ def _judge(
             missed=[r.control.name for r in silent],
         )
     if silent:
-        return PredicateStatus(task, metric, name, "untested", f"did not fire on {_named(silent)}")
+        own = any(r.fired.get(key) is True for r in must_fire)
+        why = f"did not fire on {_named(silent)}" + fires_hint(metric, name, silent, own)
+        return PredicateStatus(task, metric, name, "untested", why)
     names = ", ".join(repr(r.control.name) for r in must_fire)
     return PredicateStatus(task, metric, name, "proven", f"fired on {names}; silent elsewhere")
+
+
+def fires_hint(metric: str, name: str, silent: Sequence[ControlRun], has_own: bool = False) -> str:
+    """Where a breach control that declares no ``fires=`` (so every security predicate must
+    fire on it) made other predicates fire and not `name`: the ``fires=`` that says what it is
+    for, if that is what the author meant, and (unless `has_own`: a breach control made `name`
+    fire) that `name` needs a breach of its own. Empty where it does not apply (a utility
+    predicate, a control that already names its predicates, one on which nothing fired, a
+    derived one)."""
+    if metric != Metric.SECURITY:
+        return ""
+    hints = []
+    for r in silent:
+        c = r.control
+        if c.kind != "breach" or c.fires is not None or c.derived:
+            continue
+        others = sorted(
+            k.split(":", 1)[1]
+            for k, v in r.fired.items()
+            if v is True and k.startswith(f"{metric}:") and k != f"{metric}:{name}"
+        )
+        if others:
+            fn = getattr(c.run, "__name__", "fn")
+            named = "" if fn == c.name else f", name={c.name!r}"
+            hints.append(
+                f"if {c.name!r} is meant for {', '.join(map(repr, others))} alone, say so: "
+                f"breach({fn}{named}, fires={others!r})"
+                + ("" if has_own else f", and give {name!r} a breach control of its own")
+            )
+    return "; " + "; ".join(hints) if hints else ""
 
 
 def _named(runs: Sequence[ControlRun]) -> str:

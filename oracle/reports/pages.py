@@ -1,5 +1,6 @@
 """A report as files: ``report.json``, ``report.md``, a self-contained ``report.html``, and
-``report.dsse.json`` signing all three. Everything is written into the one output folder, each
+``report.dsse.json`` signing all three (an unsigned report, over trial folders, has no
+envelope: `write_unsigned`). Everything is written into the one output folder, each
 file atomically; nothing is written anywhere else.
 """
 
@@ -69,6 +70,29 @@ def write_report(r: Report, out: Path, key: Ed25519PrivateKey) -> dict[str, Path
         env.unlink()
     write_atomic(env, envelope_bytes(sign_statement(key, st)))
     written[ENVELOPE] = env
+    return written
+
+
+def write_unsigned(r: Report, out: Path) -> dict[str, Path]:
+    """Write the three files of an unsigned report (`oracle.reports.trials`) into `out`, and
+    no envelope. A folder that holds a signed report's envelope is refused: the new files
+    would sit beside a signature that is not theirs."""
+    if not r.unsigned:
+        raise ValueError("a report of signed archives is written with write_report")
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        raise FileExistsError(f"{out} is not a folder; give --out a folder to write the report in")
+    if (out / ENVELOPE).exists() or (out / ENVELOPE).is_symlink():
+        raise FileExistsError(
+            f"{out} holds a signed report ({ENVELOPE}); write the unsigned one elsewhere"
+        )
+    out.mkdir(parents=True, exist_ok=True)
+    written = {}
+    for name, data in render(r).items():
+        target = out / name
+        if target.is_symlink():
+            target.unlink()  # never write through a link planted in the output folder
+        write_atomic(target, data)
+        written[name] = target
     return written
 
 
