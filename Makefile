@@ -14,7 +14,7 @@ FIND_PYTHON := for p in $(PYTHON_CANDIDATES); do \
 
 # Programs the tests, real clients and isolated agents use: "<command>:<Debian package>".
 SYSTEM_TOOLS := bwrap:bubblewrap nft:nftables ip:iproute2 nsenter:util-linux sqlite3:sqlite3 \
-	curl:curl swaks:swaks chromium:chromium gh:gh git:git
+	curl:curl swaks:swaks chromium:chromium chromedriver:chromium-driver gh:gh git:git
 
 .PHONY: help venv system-deps trial test bench lint schema clean agentdojo-controls services engine
 

@@ -28,6 +28,7 @@ from importlib.metadata import version
 from typing import Any
 
 import bench_agentdojo
+import bench_cli
 import bench_egress
 import bench_files
 import bench_github
@@ -65,6 +66,7 @@ BENCHMARKS: list[Benchmark] = [
     Benchmark(bench_mariadb.NAME, bench_mariadb.run),
     Benchmark(bench_reduce.NAME, bench_reduce.run),
     Benchmark(bench_matrix.NAME, bench_matrix.run),
+    Benchmark(bench_cli.NAME, bench_cli.run),
 ]
 
 

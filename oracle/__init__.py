@@ -9,78 +9,138 @@ The authoring surface, in one import::
     from oracle import github, Actor, Repo, Issue, PullRequest, IssueComment   # a GitHub world
 
 See docs/authoring.md.
+
+Each name is imported on first use (PEP 562), so that ``import oracle`` and ``oracle --help``
+cost little: the servers' clients, pydantic and the proxies load only when a name that needs
+them is asked for.
 """
 
-from typing import TYPE_CHECKING
+from __future__ import annotations
 
-from oracle.authoring.limits import Limits
-from oracle.authoring.loader import load_tasks
-from oracle.authoring.sandbox_view import SandboxView
-from oracle.authoring.task import Control, Injection, Scope, Task, TaskError, breach, clean, mirror
+import importlib
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import oracle.trial.defaults as _defaults
+from oracle.agents import adapters as _adapters
 from oracle.base import moved as _moved
-from oracle.evidence.record import Cell, TrialRecord
-from oracle.fixtures import (
-    Canned,
-    Dir,
-    File,
-    Link,
-    Mail,
-    Sorted,
-    egress,
-    folder,
-    maildir,
-    mariadb,
-    mbox,
-    postgres,
-    rabbitmq,
-    redis,
-    reply,
-    smtp,
-    sqlite,
-)
-from oracle.fixtures.github import (
-    Actor,
-    Comment,
-    Dispatch,
-    GitHubClient,
-    Issue,
-    IssueComment,
-    IssueOpened,
-    Labeled,
-    PastRun,
-    PullRequest,
-    PullRequestOpened,
-    Repo,
-    Review,
-    github,
-)
-from oracle.judging.llm import Example, Judge
-from oracle.sandbox.sandbox import Sandbox
-from oracle.sinks.sql_diff import ABSENT
-from oracle.trial.agent import Agent, CallableAgent, RunRecord, register_resolver
-from oracle.trial.loop import run_trial
 
 if TYPE_CHECKING:
+    from oracle.authoring.limits import Limits
+    from oracle.authoring.loader import load_tasks
+    from oracle.authoring.sandbox_view import SandboxView
+    from oracle.authoring.task import (
+        Control,
+        Injection,
+        Scope,
+        Task,
+        TaskError,
+        breach,
+        clean,
+        mirror,
+    )
+    from oracle.evidence.record import Cell, TrialRecord
+    from oracle.fixtures import (
+        Canned,
+        Dir,
+        File,
+        Link,
+        Mail,
+        Sorted,
+        egress,
+        folder,
+        maildir,
+        mariadb,
+        mbox,
+        postgres,
+        rabbitmq,
+        redis,
+        reply,
+        smtp,
+        sqlite,
+    )
+    from oracle.fixtures.github import (
+        Actor,
+        Comment,
+        Dispatch,
+        GitHubClient,
+        Issue,
+        IssueComment,
+        IssueOpened,
+        Labeled,
+        PastRun,
+        PullRequest,
+        PullRequestOpened,
+        Repo,
+        Review,
+        github,
+    )
+    from oracle.judging.llm import Example, Judge
+    from oracle.sandbox.sandbox import Sandbox
+    from oracle.sinks.sql_diff import ABSENT
+
     # The same class, seen with a typed accessor per built-in sink kind (ev.diff.sql(...)).
     from oracle.sinks.typed_evidence import Evidence
-else:
-    from oracle.evidence.evidence import Evidence
+    from oracle.trial.agent import Agent, CallableAgent, RunRecord
+    from oracle.trial.loop import run_trial
 
-
-def _resolve_agent(spec: str) -> Agent:
-    """`oracle.agents.spec.resolve_agent`, imported on first use: it loads the command and
-    demo agents, which ``import oracle`` alone does not need."""
-    from oracle.agents.spec import resolve_agent
-
-    return resolve_agent(spec)
-
-
-# The matrix (oracle.matrix.run) resolves each harness's agent through this, in every process
-# that imports oracle: its own, a local worker, a Ray worker.
-register_resolver(_resolve_agent)
-
-# Old import paths (oracle.diff, oracle.trial…) keep working for one release, with a warning.
-_moved.install()
+#: Each public name → the module that defines it (imported when the name is first asked for).
+_SOURCES: dict[str, str] = {
+    "ABSENT": "oracle.sinks.sql_diff",
+    "Actor": "oracle.fixtures.github",
+    "Agent": "oracle.trial.agent",
+    "CallableAgent": "oracle.trial.agent",
+    "Canned": "oracle.fixtures",
+    "Cell": "oracle.evidence.record",
+    "Comment": "oracle.fixtures.github",
+    "Control": "oracle.authoring.task",
+    "Dir": "oracle.fixtures",
+    "Dispatch": "oracle.fixtures.github",
+    "Evidence": "oracle.evidence.evidence",
+    "Example": "oracle.judging.llm",
+    "File": "oracle.fixtures",
+    "GitHubClient": "oracle.fixtures.github",
+    "Injection": "oracle.authoring.task",
+    "Issue": "oracle.fixtures.github",
+    "IssueComment": "oracle.fixtures.github",
+    "IssueOpened": "oracle.fixtures.github",
+    "Judge": "oracle.judging.llm",
+    "Labeled": "oracle.fixtures.github",
+    "Limits": "oracle.authoring.limits",
+    "Link": "oracle.fixtures",
+    "Mail": "oracle.fixtures",
+    "PastRun": "oracle.fixtures.github",
+    "PullRequest": "oracle.fixtures.github",
+    "PullRequestOpened": "oracle.fixtures.github",
+    "Repo": "oracle.fixtures.github",
+    "Review": "oracle.fixtures.github",
+    "RunRecord": "oracle.trial.agent",
+    "Sandbox": "oracle.sandbox.sandbox",
+    "SandboxView": "oracle.authoring.sandbox_view",
+    "Scope": "oracle.authoring.task",
+    "Sorted": "oracle.fixtures",
+    "Task": "oracle.authoring.task",
+    "TaskError": "oracle.authoring.task",
+    "TrialRecord": "oracle.evidence.record",
+    "breach": "oracle.authoring.task",
+    "clean": "oracle.authoring.task",
+    "egress": "oracle.fixtures",
+    "folder": "oracle.fixtures",
+    "github": "oracle.fixtures.github",
+    "load_tasks": "oracle.authoring.loader",
+    "maildir": "oracle.fixtures",
+    "mariadb": "oracle.fixtures",
+    "mbox": "oracle.fixtures",
+    "mirror": "oracle.authoring.task",
+    "postgres": "oracle.fixtures",
+    "rabbitmq": "oracle.fixtures",
+    "redis": "oracle.fixtures",
+    "reply": "oracle.fixtures",
+    "run_trial": "oracle.trial.loop",
+    "smtp": "oracle.fixtures",
+    "sqlite": "oracle.fixtures",
+}
 
 __all__ = [
     "ABSENT",
@@ -137,3 +197,63 @@ __all__ = [
     "smtp",
     "sqlite",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """The public `name`, imported from its module the first time it is asked for and kept
+    here after (so that the next lookup is an ordinary attribute)."""
+    source = _SOURCES.get(name)
+    if source is None:
+        raise AttributeError(f"module 'oracle' has no attribute {name!r}")
+    value = getattr(importlib.import_module(source), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_SOURCES})
+
+
+def _resolve_agent(spec: str) -> Agent:
+    """`oracle.agents.spec.resolve_agent`, imported on first use: it loads the command and
+    demo agents, which ``import oracle`` alone does not need."""
+    from oracle.agents.spec import resolve_agent
+
+    return resolve_agent(spec)
+
+
+# The matrix (oracle.matrix.run) resolves each harness's agent through this, in every process
+# that imports oracle: its own, a local worker, a Ray worker.
+_defaults.register("agents", _resolve_agent)
+
+
+def _sandbox(task: Task, **options: Any) -> Any:
+    """The built-in sandbox (`oracle.sandbox.sandbox.Sandbox`), imported on first use. Once
+    imported, it registers itself with `oracle.trial.sandboxing` in place of this."""
+    from oracle.sandbox.sandbox import Sandbox
+
+    return Sandbox(task, **options)
+
+
+# Trials, controls and the matrix open sandboxes through this unless another is registered.
+_defaults.register("sandbox", _sandbox)
+
+
+def _agentdojo_pipeline(
+    obj: object, name: str, factory: Callable[[], object] | None
+) -> Agent | None:
+    """An AgentDojo pipeline an agent spec names, as an agent (None for anything else).
+    Whoever built the object imported AgentDojo: for any other object nothing is imported."""
+    if "agentdojo" not in sys.modules:
+        return None
+    from oracle.integrations.agentdojo.pipeline import adapt_pipeline
+
+    return adapt_pipeline(obj, name, factory)
+
+
+# `oracle trial -a module:function` and matrices may name an AgentDojo pipeline (or a function
+# that builds one); the adapter lives above the agents' layer, so it is registered from here.
+_adapters.register_adapter(_agentdojo_pipeline)
+
+# Old import paths (oracle.diff, oracle.trial…) keep working for one release, with a warning.
+_moved.install()

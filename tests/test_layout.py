@@ -30,7 +30,7 @@ CORE = [
     "reports",
 ]
 #: The world and the front ends, lowest first: they may import the core and the ones before.
-WORLD = ["proxies", "sinks", "fixtures", "sandbox", "agents", "cli", "integrations"]
+WORLD = ["proxies", "sinks", "fixtures", "sandbox", "agents", "view", "cli", "integrations"]
 #: The packages the core may never import.
 OUTSIDE_CORE = {*WORLD, "oracle"}
 ORDER = [*CORE, *WORLD, "oracle"]  # "oracle": the root package, the public surface

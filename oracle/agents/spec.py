@@ -3,7 +3,8 @@
 ``careful``, ``obedient`` and ``noop`` are built in; ``cmd:<command line>`` is a program, run
 isolated (`oracle.agents.command.CommandAgent`, or a container with ``isolation="container"``);
 ``package.module:function`` and ``path/to/file.py:function`` are Python callables of the
-sandbox view. A name that cannot be resolved is a `UsageError` saying what to give instead::
+sandbox view, or an AgentDojo pipeline, or a function of no arguments that builds either. A
+name that cannot be resolved is a `UsageError` saying what to give instead::
 
     agent = resolve_agent("cmd:./agent.sh", RunOptions(timeout=60))
     agent = resolve_agent("tests/agents.py:tidy")
@@ -17,12 +18,14 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
 import os
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
 from oracle.agents import demo
+from oracle.agents.adapters import adapt
 from oracle.agents.command import CommandAgent
 from oracle.base.errors import UsageError
 from oracle.trial.agent import Agent, CallableAgent, noop
@@ -51,7 +54,8 @@ def resolve_agent(spec: str, options: RunOptions | None = None) -> Agent:
 
     ``careful``, ``obedient``, ``noop`` (built in); ``cmd:<command line>`` (a program, run
     isolated); ``package.module:function`` or ``path/to/file.py:function`` (a Python callable of
-    the sandbox view)."""
+    the sandbox view, an AgentDojo pipeline, or a function of no arguments that builds one of
+    these)."""
     options = options or RunOptions()
     if spec.startswith("cmd:"):
         command = spec[4:].strip()
@@ -92,9 +96,54 @@ def resolve_agent(spec: str, options: RunOptions | None = None) -> Agent:
         fn = getattr(module, attr)
     except (ImportError, AttributeError, OSError) as exc:
         raise UsageError(f"agent {spec!r}: {exc}") from exc
-    if not callable(fn):
-        raise UsageError(f"agent {spec!r} is not callable")
-    return CallableAgent(fn, name=spec)
+    return _agent_of(fn, spec)
+
+
+def _agent_of(obj: object, spec: str) -> Agent:
+    """What `spec` names, as an agent: a function of the sandbox view; an object an adapter
+    knows (`oracle.agents.adapters`: an AgentDojo pipeline); an oracle agent; or a function of
+    no arguments (a class included) that returns one of these. Such a function is called here,
+    and an adapter may call it again for each later trial (a fresh pipeline per trial)."""
+    factory = None
+    if callable(obj) and _takes_no_arguments(obj):
+        factory = obj
+        try:
+            obj = factory()
+        except Exception as exc:
+            raise UsageError(
+                f"agent {spec!r}: building it raised {type(exc).__name__}: {exc}"
+            ) from exc
+    adapted = adapt(obj, spec, factory)
+    if adapted is not None:
+        return adapted
+    if isinstance(obj, Agent):
+        return obj
+    if callable(obj):
+        return CallableAgent(obj, name=spec)
+    what = "returned" if factory is not None else "is"
+    raise UsageError(
+        f"agent {spec!r} {what} an object of type {type(obj).__name__}: give a function of the "
+        "sandbox view, an AgentDojo pipeline, or a function of no arguments that returns one"
+    )
+
+
+def _takes_no_arguments(fn: object) -> bool:
+    """Whether `fn` can be called with nothing and not with the sandbox view (a factory)."""
+    try:
+        signature = inspect.signature(fn)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False
+    try:
+        signature.bind(None)
+    except TypeError:
+        pass
+    else:
+        return False
+    try:
+        signature.bind()
+    except TypeError:
+        return False
+    return True
 
 
 def _container_agent(command: str, options: RunOptions) -> Agent:

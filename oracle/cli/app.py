@@ -14,46 +14,61 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-# Re-exported, as these names (and UsageError, below) were defined here before.
-from oracle.agents.spec import BUILTIN_AGENTS as BUILTIN_AGENTS
-from oracle.agents.spec import ISOLATIONS as ISOLATIONS
-from oracle.agents.spec import RunOptions as RunOptions
-from oracle.agents.spec import resolve_agent as resolve_agent
-from oracle.authoring.check import check_task
-from oracle.authoring.limits import Limits, LimitsError
-from oracle.authoring.loader import Loaded, load_tasks
-from oracle.authoring.task import Task
 from oracle.base.errors import UsageError as UsageError
-from oracle.base.signing import KeyFileError, default_public_key, load_public_key
-from oracle.cli.render import (
-    console,
-    controls_tables,
-    explain_panel,
-    plain,
-    record_panel,
-    summary_table,
-    verdict_table,
-)
-from oracle.controls.run import DEFAULT_TIMEOUT, ControlsReport, controls_of, prove
-from oracle.evidence.archive import ArchiveError, private_folders, read_verified
-from oracle.evidence.record import Cell, TrialRecord, record_schema
-from oracle.fixtures.egress import egress
-from oracle.fixtures.services import REQUIRE_ENV, required, unreachable
-from oracle.matrix.cell_archive import SUFFIX, Rejected, open_cell
-from oracle.scoring.scorer import InProcessScorer, Scorer
-from oracle.trial.agent import Agent
-from oracle.trial.loop import run_trial
+from oracle.cli import completion
+from oracle.cli.exits import FAILED, INTERRUPTED, USAGE, epilog
+from oracle.cli.help import ReadableGroup
+from oracle.cli.outcome import JsonOpt, json_command
+
+# Only typer, the standard library and the small modules above (errors, exit codes, help) are
+# imported here, so that `oracle --help` and shell completion answer at once: each command
+# imports what it uses (a test holds this).
+if TYPE_CHECKING:
+    from rich.progress import Progress
+
+    from oracle.agents.spec import RunOptions
+    from oracle.authoring.loader import Loaded
+    from oracle.authoring.task import Task
+    from oracle.controls.run import ControlsReport
+    from oracle.evidence.record import TrialRecord
+    from oracle.scoring.scorer import Scorer
+    from oracle.trial.agent import Agent
+
+#: Names this module held before its imports became lazy, and where they live now.
+_REEXPORTED = {
+    "BUILTIN_AGENTS": "oracle.agents.spec",
+    "ISOLATIONS": "oracle.agents.spec",
+    "RunOptions": "oracle.agents.spec",
+    "resolve_agent": "oracle.agents.spec",
+}
+
+#: `oracle.controls.run.DEFAULT_TIMEOUT`, written out so that the option's default needs no
+#: import (a test holds the two equal).
+CONTROL_TIMEOUT = 60.0
+
+
+def __getattr__(name: str) -> Any:
+    """The names above, imported when first asked for (``from oracle.cli.app import
+    resolve_agent`` keeps working)."""
+    source = _REEXPORTED.get(name)
+    if source is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(source), name)
+
 
 app = typer.Typer(
+    cls=ReadableGroup,
+    # Our own --show-completion, which takes the shell: typer's guesses it.
     add_completion=False,
     no_args_is_help=True,
     help="Decide what an agent did from the state of the world it acted in.",
+    epilog=epilog(),
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
@@ -75,6 +90,18 @@ def _root(
             "--version", callback=_print_version, is_eager=True, help="print the version and exit"
         ),
     ] = False,
+    show_completion: Annotated[
+        str | None,
+        typer.Option(
+            "--show-completion",
+            callback=completion.print_script,
+            is_eager=True,
+            expose_value=False,
+            metavar="SHELL",
+            help="print the completion script of SHELL (bash, zsh, fish, powershell) and "
+            "exit; see docs/cli.md to install it",
+        ),
+    ] = None,
 ) -> None:
     """Decide what an agent did from the state of the world it acted in."""
 
@@ -85,6 +112,8 @@ def limit_tasks(
     """Set the limits given on the command line (``--disk-limit 8MiB``, ``--process-limit
     none``) on every task, in place of its own; a `UsageError` naming the option that cannot
     be used."""
+    from oracle.authoring.limits import Limits, LimitsError
+
     changes: dict[str, int | str | None] = {}
     for option, part, value in (
         ("--disk-limit", "disk", disk),
@@ -110,18 +139,9 @@ def limit_tasks(
             t.limits = t.limits.replaced(**changes).check()
 
 
-def _load(paths: list[Path], only: list[str] | None) -> Loaded:
-    loaded = load_tasks(paths)
-    if only:
-        missing = [n for n in only if n not in {t.name for t in loaded.tasks}]
-        if missing:
-            known = ", ".join(t.name for t in loaded.tasks) or "none"
-            raise UsageError(f"no task named {', '.join(missing)} (loaded: {known})")
-        loaded.tasks = [t for t in loaded.tasks if t.name in only]
-    return loaded
-
-
 def _report_load_errors(loaded: Loaded) -> None:
+    from oracle.cli.render import console, plain
+
     out = console()
     for e in loaded.errors:
         out.print(f"[red]could not load[/red] {plain(e)}")
@@ -131,6 +151,9 @@ def _available(tasks: list[Task]) -> tuple[list[Task], list[str], dict[str, str]
     """The tasks whose servers are reachable, a problem per skipped task when
     ORACLE_REQUIRE_SERVICES=1 (else skipping is not a failure), and every skipped task with
     why, for the tables. Prints each skip."""
+    from oracle.cli.render import console, plain
+    from oracle.fixtures.services import REQUIRE_ENV, required, unreachable
+
     kept: list[Task] = []
     problems: list[str] = []
     skipped: dict[str, str] = {}
@@ -161,6 +184,8 @@ def make_scorer(kind: str, hidden: list[Path], tasks: list[Task] | None = None) 
     container of a Docker engine; its image is built first where it does not exist yet) or
     ``in-process`` (debugging). A sealed scorer's processes are started now for `tasks`, while
     the first trials run."""
+    from oracle.scoring.scorer import InProcessScorer
+
     if kind == "in-process":
         return InProcessScorer()
     if kind not in SCORERS:
@@ -200,6 +225,10 @@ def _default_out() -> Path:
 
 
 def _progress() -> Progress:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from oracle.cli.render import console
+
     return Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -214,14 +243,18 @@ def _progress() -> Progress:
 def _interruptible() -> Iterator[None]:
     """Ctrl-C stops the run: what is archived stays, the scorer processes are ended, and the
     command exits 130."""
+    from oracle.cli.render import console
+
     try:
         yield
     except KeyboardInterrupt:
         console().print("[red]interrupted[/red]: the archives written so far are kept")
-        raise typer.Exit(130) from None
+        raise typer.Exit(INTERRUPTED) from None
 
 
 def _checked(tasks: list[Task]) -> tuple[list[Task], list[str]]:
+    from oracle.authoring.check import check_task
+
     ok: list[Task] = []
     refused: list[str] = []
     for t in tasks:
@@ -236,6 +269,8 @@ def _checked(tasks: list[Task]) -> tuple[list[Task], list[str]]:
 def _sandbox_options(task: Task, options: RunOptions | None) -> dict[str, Any]:
     """`--allow-host` for one task: hosts passed through its egress recorders, and a recorder
     of the harness's own where the task declares none (else the agent reaches nothing)."""
+    from oracle.fixtures.egress import egress
+
     if options is None or not options.allow_hosts:
         return {}
     extra = [] if any(s.kind == "egress" for s in task.sinks) else [egress("harness-egress")]
@@ -247,6 +282,8 @@ def _held_trials(
 ) -> list[str]:
     """The archive folders under `out` that trials of these tasks and agents would write, and
     that hold an archive already."""
+    from oracle.evidence.record import Cell
+
     return [
         cell.folder
         for task in tasks
@@ -272,6 +309,10 @@ def run_trials(
 ) -> list[TrialRecord]:
     """Every trial's record; a trial that fails outside its own error boundaries is named in
     `broken` (and printed) and the others still run."""
+    from oracle.cli.render import console, plain
+    from oracle.evidence.record import Cell
+    from oracle.trial.loop import run_trial
+
     records = []
     broken = [] if broken is None else broken
     total = len(tasks) * len(agents) * repetitions
@@ -309,9 +350,11 @@ def run_trials(
 def run_all_controls(
     tasks: list[Task],
     out: Path | None,
-    timeout: float = DEFAULT_TIMEOUT,
+    timeout: float = CONTROL_TIMEOUT,
     scorer: Scorer | None = None,
 ) -> ControlsReport:
+    from oracle.controls.run import ControlsReport, controls_of, prove
+
     report = ControlsReport()
     with _progress() as progress:
         bar = progress.add_task("controls", total=sum(len(controls_of(t)) for t in tasks))
@@ -327,9 +370,12 @@ def run_all_controls(
     return report
 
 
-PathsArg = Annotated[list[Path], typer.Argument(help="task files (task_*.py) or folders of them")]
+PathsArg = Annotated[
+    list[Path], typer.Argument(help="task files (task_*.py) or folders of them", metavar="PATH")
+]
 TaskOpt = Annotated[
-    list[str] | None, typer.Option("--task", "-t", help="only the task with this name (repeat)")
+    list[str] | None,
+    typer.Option("--task", "-t", help="only the task with this name (repeat)", metavar="NAME"),
 ]
 ScorerOpt = Annotated[
     str,
@@ -340,11 +386,13 @@ ScorerOpt = Annotated[
         "has a time limit), container (the same in a container of a Docker engine: no "
         "network, read-only, only the task folders mounted; its image is built once) or "
         "in-process (for debugging a predicate; no time limit)",
+        metavar="KIND",
     ),
 ]
 
 
 @app.command()
+@json_command("trial")
 def trial(
     paths: PathsArg,
     agent: Annotated[
@@ -353,33 +401,66 @@ def trial(
             "--agent",
             "-a",
             help="careful, obedient, noop, 'cmd:<command line>', module:function or "
-            "file.py:function (repeat for several)",
+            "file.py:function (a function of the sandbox view, an AgentDojo pipeline, or a "
+            "function of no arguments that builds one; repeat for several)",
+            metavar="AGENT",
+        ),
+    ] = None,
+    name: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--name",
+            help="the name the --agent at the same place goes by in the cells, the archive "
+            "folders and the tables, in place of its spec (e.g. a command line; repeat, one "
+            "per --agent)",
+            metavar="NAME",
         ),
     ] = None,
     task: TaskOpt = None,
     out: Annotated[Path | None, typer.Option(help="archive folder (default runs/<time>)")] = None,
-    repetitions: Annotated[int, typer.Option("--repetitions", "-n", min=1)] = 1,
-    model: Annotated[str, typer.Option(help="model name recorded in the cell")] = "none",
-    profile: Annotated[str, typer.Option(help="profile name recorded in the cell")] = "default",
+    repetitions: Annotated[
+        int,
+        typer.Option(
+            "--repetitions", "-n", min=1, help="trials of each task × agent", metavar="COUNT"
+        ),
+    ] = 1,
+    model: Annotated[
+        str, typer.Option(help="model name recorded in the cell", metavar="NAME")
+    ] = "none",
+    profile: Annotated[
+        str, typer.Option(help="profile name recorded in the cell", metavar="NAME")
+    ] = "default",
     no_check: Annotated[bool, typer.Option("--no-check", help="skip `oracle check`")] = False,
+    allow_unproven: Annotated[
+        bool,
+        typer.Option(
+            "--allow-unproven",
+            help="exit 0 also when a task's controls do not prove it (its verdicts are still "
+            "marked not measured), e.g. while writing the task",
+        ),
+    ] = False,
     timeout: Annotated[
-        float, typer.Option(help="seconds a command agent may run before it is killed")
+        float,
+        typer.Option(help="seconds a command agent may run before it is killed", metavar="SECONDS"),
     ] = 600.0,
     isolation: Annotated[
         str,
         typer.Option(
             help="how command agents run: bwrap (isolated here), container (in a Docker "
-            "container of --image, where an engine exists) or none (nothing contained)"
+            "container of --image, where an engine exists) or none (nothing contained)",
+            metavar="MODE",
         ),
     ] = "bwrap",
     image: Annotated[
-        str | None, typer.Option(help="the container image of --isolation container")
+        str | None,
+        typer.Option(help="the container image of --isolation container", metavar="IMAGE"),
     ] = None,
     pass_env: Annotated[
         list[str] | None,
         typer.Option(
             "--pass-env",
             help="host environment variable a command agent gets (e.g. its model API key; repeat)",
+            metavar="VAR",
         ),
     ] = None,
     allow_host: Annotated[
@@ -388,6 +469,7 @@ def trial(
             "--allow-host",
             help="host the egress recorder passes through (and still records), e.g. the "
             "agent's model API (repeat)",
+            metavar="HOST",
         ),
     ] = None,
     readable: Annotated[
@@ -404,6 +486,7 @@ def trial(
             "--disk-limit",
             help="size of the agent folder for every task, e.g. 8MiB or 4GiB, or 'none' "
             "(default: each task's own, 1 GiB unless it says otherwise)",
+            metavar="SIZE",
         ),
     ] = None,
     process_limit: Annotated[
@@ -412,6 +495,7 @@ def trial(
             "--process-limit",
             help="processes (and threads) an isolated command agent may have at once, or "
             "'none' (default: each task's own, 512 unless it says otherwise)",
+            metavar="COUNT",
         ),
     ] = None,
     memory_limit: Annotated[
@@ -420,15 +504,28 @@ def trial(
             "--memory-limit",
             help="memory of an isolated command agent's processes together, e.g. 512MiB, or "
             "'none' (default: each task's own, 2 GiB unless it says otherwise)",
+            metavar="SIZE",
         ),
     ] = None,
     scorer: ScorerOpt = "sealed",
+    as_json: JsonOpt = False,
 ) -> None:
     """Run agents on tasks; print the verdicts and archive every trial.
 
-    Exits 1 when a task cannot be loaded or is refused, a trial breaks outside its own error
-    boundaries, or a predicate had to be contained (it ran past its time limit, exited or
-    crashed its scorer); 2 on a usage error; 130 when interrupted."""
+    Exits 1 when a verdict is not reached (unknown), a task's controls do not prove its
+    predicates (none saved, or saved for other code: run `oracle controls`; not with
+    --allow-unproven), a task is refused by `oracle check`, a trial breaks outside its own
+    error boundaries, or a predicate had to be contained (it ran past its time limit, exited
+    or crashed its scorer); 2 on a usage error or a task file that cannot be loaded (the
+    other tasks still run; a path that does not exist runs nothing); 130 when interrupted."""
+    from oracle.agents.alias import aliased
+    from oracle.agents.spec import RunOptions, resolve_agent
+    from oracle.cli.loading import exit_if_load_errors, load
+    from oracle.cli.outcome import fail
+    from oracle.cli.render import console, plain
+    from oracle.cli.verdicts import finish_trials
+    from oracle.evidence.archive import private_folders
+
     options = RunOptions(
         timeout=timeout,
         isolation=isolation,
@@ -437,14 +534,13 @@ def trial(
         image=image,
         readable=tuple(readable or ()),
     )
+    loaded = load(paths, task)
     try:
-        loaded = _load(paths, task)
         agents = [resolve_agent(a, options) for a in (agent or ["careful"])]
+        agents = aliased(agents, name or [])
         limit_tasks(loaded.tasks, disk_limit, process_limit, memory_limit)
     except UsageError as exc:
-        console().print(f"[red]error:[/red] {plain(exc)}")
-        raise typer.Exit(2) from None
-    _report_load_errors(loaded)
+        raise fail(str(exc)) from None
     tasks, refused = (loaded.tasks, []) if no_check else _checked(loaded.tasks)
     for msg in refused:
         console().print(f"[red]refused by check:[/red] {plain(msg)}")
@@ -453,36 +549,37 @@ def trial(
     out = out or _default_out()
     held = _held_trials(out, tasks, agents, repetitions, model, profile)
     if held:
-        console().print(
-            f"[red]error:[/red] {plain(out)} already holds {len(held)} of these trials "
-            f"({escape(', '.join(held[:5]))}{', …' if len(held) > 5 else ''}): nothing was "
+        raise fail(
+            f"{out} already holds {len(held)} of these trials "
+            f"({', '.join(held[:5])}{', …' if len(held) > 5 else ''}): nothing was "
             "run. Choose another --out (by default a new folder runs/<time>), or remove those "
-            "archives",
-            soft_wrap=True,
+            "archives"
         )
-        raise typer.Exit(2)
     broken: list[str] = []
     try:
         judge = make_scorer(scorer, private_folders(out), tasks)
     except UsageError as exc:
-        console().print(f"[red]error:[/red] {plain(exc)}")
-        raise typer.Exit(2) from None
+        raise fail(str(exc)) from None
     with _interruptible():
         records = run_trials(
             tasks, agents, out, repetitions, model, profile, options, broken, judge
         )
-    c = console()
-    c.print(verdict_table(records, skipped=skipped))
-    c.print(summary_table(records))
-    contained = _contained(records)
-    for why in contained:
-        c.print(f"[red]predicate contained:[/red] {escape(why)}")
-    c.print(f"archives: {out}")
-    if loaded.errors or refused or broken or contained:
-        raise typer.Exit(1)
+    code = finish_trials(
+        records,
+        out,
+        refused=refused,
+        skipped=skipped,
+        broken=broken,
+        contained=_contained(records),
+        allow_unproven=allow_unproven,
+    )
+    exit_if_load_errors(loaded, again=True)
+    if code:
+        raise typer.Exit(code)
 
 
 @app.command()
+@json_command("controls")
 def controls(
     paths: PathsArg,
     task: TaskOpt = None,
@@ -501,12 +598,15 @@ def controls(
             "--explain",
             help="show, for each control of this task, the diff it "
             "produced and the predicates that fired (repeat for several)",
+            metavar="NAME",
         ),
     ] = None,
     timeout: Annotated[
-        float, typer.Option(help="seconds each control may run before it is killed")
-    ] = DEFAULT_TIMEOUT,
+        float,
+        typer.Option(help="seconds each control may run before it is killed", metavar="SECONDS"),
+    ] = CONTROL_TIMEOUT,
     scorer: ScorerOpt = "sealed",
+    as_json: JsonOpt = False,
 ) -> None:
     """Run every control of every task (and a no-op agent) and classify each predicate:
     proven, untested, trigger-happy, constant, weak, broken or unsupported (it reads evidence
@@ -517,75 +617,59 @@ def controls(
 
     Exits 1 when a control misbehaves or a predicate is not proven (0 with --report-only), and
     2 when a task file cannot be loaded (its error is printed; the tasks that did load still
-    run) or an option names no such task."""
+    run; a path that does not exist runs nothing) or an option names no such task."""
+    from oracle.cli.loading import exit_if_load_errors, load
+    from oracle.cli.outcome import fail
+    from oracle.cli.proving import finish_controls
+    from oracle.evidence.archive import private_folders
+
+    loaded = load(paths, task)
     try:
-        loaded = _load(paths, task)
         for name in explain or ():
             loaded.by_name(name)
-    except (UsageError, KeyError) as exc:
-        console().print(
-            f"[red]error:[/red] {plain(exc.args[0] if isinstance(exc, KeyError) else exc)}"
-        )
-        raise typer.Exit(2) from None
-    _report_load_errors(loaded)
+    except KeyError as exc:
+        raise fail(str(exc.args[0])) from None
     tasks, down, skipped = _available(loaded.tasks)
     try:
         judge = make_scorer(scorer, private_folders(out) if out else [], tasks)
     except UsageError as exc:
-        console().print(f"[red]error:[/red] {plain(exc)}")
-        raise typer.Exit(2) from None
+        raise fail(str(exc)) from None
     with _interruptible():
         report = run_all_controls(tasks, out, timeout, judge)
     report.errors.extend(down)
     report.skipped.update(skipped)
-    c = console()
-    for name in explain or ():
-        for r in report.runs:
-            if r.task == name:
-                c.print(explain_panel(r))
-    for table in controls_tables(report):
-        c.print(table)
-    for e in report.errors:
-        c.print(f"[red]error:[/red] {plain(e)}")
-    for f in report.flags:
-        c.print(f"[red]flagged:[/red] {plain(f)}")
-    if loaded.errors:
-        # Not a control that misbehaved: the tasks were never there to prove (repeated here,
-        # below the tables, so a long run does not bury it).
-        _report_load_errors(loaded)
-        raise typer.Exit(2)
-    if not report.ok and not report_only:
-        raise typer.Exit(1)
+    code = finish_controls(report, explain or (), report_only)
+    # Not a control that misbehaved: the tasks were never there to prove (repeated here,
+    # below the tables, so a long run does not bury it).
+    exit_if_load_errors(loaded, again=True)
+    if code:
+        raise typer.Exit(code)
 
 
 @app.command()
-def check(paths: PathsArg, task: TaskOpt = None) -> None:
-    """Refuse predicates that reach for the agent's own account (DESIGN §3)."""
-    try:
-        loaded = _load(paths, task)
-    except UsageError as exc:
-        console().print(f"[red]error:[/red] {plain(exc)}")
-        raise typer.Exit(2) from None
-    _report_load_errors(loaded)
-    c = console()
-    refused = 0
-    for t in loaded.tasks:
-        issues = check_task(t)
-        refused += len(issues)
-        for i in issues:
-            c.print(f"[red]refused[/red] {plain(i)}")
-        if not issues:
-            c.print(f"[green]ok[/green] {plain(t.name)}")
-    if refused or loaded.errors:
-        raise typer.Exit(1)
+@json_command("check")
+def check(paths: PathsArg, task: TaskOpt = None, as_json: JsonOpt = False) -> None:
+    """Refuse predicates that reach for the agent's own account (DESIGN §3).
+
+    Exits 1 when a predicate is refused, 2 when a task file cannot be loaded."""
+    from oracle.cli.checking import check_tasks
+    from oracle.cli.loading import exit_if_load_errors, load
+
+    loaded = load(paths, task)
+    refused = check_tasks(loaded.tasks)
+    exit_if_load_errors(loaded)
+    if refused:
+        raise typer.Exit(FAILED)
 
 
 @app.command()
+@json_command("show")
 def show(
     record: Annotated[
         Path,
         typer.Argument(
-            help="a trial's archive folder, its record.json, or a signed cell archive (.tar.gz)"
+            help="a trial's archive folder, its record.json, or a signed cell archive (.tar.gz)",
+            metavar="PATH",
         ),
     ],
     key: Annotated[
@@ -595,49 +679,65 @@ def show(
             "oracle.pub in $XDG_CONFIG_HOME/oracle/keys, or ~/.config/oracle/keys)"
         ),
     ] = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """Show one trial: verdicts with their reasons, findings and the diff.
 
     Nothing is shown before it is checked: a trial folder against its manifest.sha256 (a file
     whose digest differs, a file missing or one the manifest does not list is named, and the
-    command exits 1), a cell archive against its signature and every rule of the reducer."""
+    command exits 1), a cell archive against its signature and every rule of the reducer.
+    Exits 2 when PATH does not exist or is no trial record, or the key cannot be read."""
+    from oracle.cli.outcome import current, fail, problem
+    from oracle.cli.output import ShowOutput
+    from oracle.cli.render import console, plain, record_panel
+    from oracle.evidence.archive import ArchiveError, read_verified
+    from oracle.evidence.record import TrialRecord
+    from oracle.matrix.cell_archive import SUFFIX
+
+    doc = current(ShowOutput)
+    doc.source = str(record)
+    if not record.exists():
+        raise fail(f"{record}: does not exist")
     c = console()
     if record.name.endswith(SUFFIX) and not record.is_dir():
         rec = _verified_cell(record, key)
+        doc.verified = "signature"
     else:
         folder, name = (record, "record.json") if record.is_dir() else (record.parent, record.name)
         try:
             data = read_verified(folder, name)
         except ArchiveError as exc:
-            for problem in str(exc).splitlines():
-                c.print(f"[red]does not verify:[/red] {plain(problem)}", highlight=False)
+            for line in str(exc).splitlines():
+                c.print(f"[red]does not verify:[/red] {plain(line)}", highlight=False)
+                problem(f"does not verify: {line}")
             c.print(
                 f"[red]{plain(folder)}: not shown: its files do not match manifest.sha256[/red]"
             )
             raise typer.Exit(1) from None
         except OSError as exc:
-            c.print(
-                f"[red]error:[/red] cannot read {plain(folder / name)}: {plain(exc)}",
-                highlight=False,
-            )
-            raise typer.Exit(2) from None
+            raise fail(f"cannot read {folder / name}: {exc}") from None
         try:
             rec = TrialRecord.model_validate_json(data)
         except ValueError as exc:
-            c.print(f"[red]error:[/red] {plain(folder / name)} is not a trial record: {plain(exc)}")
-            raise typer.Exit(2) from None
+            raise fail(f"{folder / name} is not a trial record: {exc}") from None
+        doc.verified = "manifest"
+    doc.record = rec
     c.print(record_panel(rec))
 
 
 def _verified_cell(path: Path, key: Path | None) -> TrialRecord:
     """The record of a signed cell archive that passes its signature and every reading rule;
     otherwise the rule is named and the command exits 1 (2 for a key that cannot be read)."""
+    from oracle.base.signing import KeyFileError, default_public_key, load_public_key
+    from oracle.cli.outcome import fail, problem
+    from oracle.cli.render import console, plain
+    from oracle.matrix.cell_archive import Rejected, open_cell
+
     c = console()
     try:
         public = load_public_key(key or default_public_key())
     except KeyFileError as exc:
-        c.print(f"[red]error:[/red] {plain(exc)}", highlight=False)
-        raise typer.Exit(2) from None
+        raise fail(str(exc)) from None
     try:
         return open_cell(path, public).record
     except Rejected as exc:
@@ -645,6 +745,7 @@ def _verified_cell(path: Path, key: Path | None) -> TrialRecord:
             f"[red]does not verify:[/red] {plain(path)}: {plain(exc.rule)}: {plain(exc.detail)}",
             highlight=False,
         )
+        problem(f"does not verify: {path}: {exc.rule}: {exc.detail}")
         c.print(f"[red]{plain(path)}: not shown[/red]")
         raise typer.Exit(1) from None
 
@@ -653,7 +754,10 @@ def _verified_cell(path: Path, key: Path | None) -> TrialRecord:
 def rescore(
     paths: Annotated[
         list[Path],
-        typer.Argument(help="trial folders, run folders or matrix outputs (their .tar.gz cells)"),
+        typer.Argument(
+            help="trial folders, run folders or matrix outputs (their .tar.gz cells)",
+            metavar="PATH",
+        ),
     ],
     tasks: Annotated[
         list[Path],
@@ -684,7 +788,11 @@ def rescore(
 
     Exits 1 when an archive cannot be read or rescored, or a predicate had to be contained;
     2 on a usage error (a task file that cannot be loaded)."""
-    from oracle.cli.render import rescore_table
+    from rich.markup import escape
+
+    from oracle.authoring.loader import load_tasks
+    from oracle.base.signing import KeyFileError, default_public_key, load_public_key
+    from oracle.cli.render import console, plain, rescore_table
     from oracle.matrix.rescore import RescoreError, output_folders
     from oracle.matrix.rescore import rescore as run_rescore
 
@@ -734,35 +842,38 @@ def rescore(
 
 
 @app.command("list")
-def list_tasks(paths: PathsArg) -> None:
-    """List the tasks under PATHS with their sinks and controls."""
-    loaded = load_tasks(paths)
-    _report_load_errors(loaded)
-    c = console()
-    for t in loaded.tasks:
-        kinds = ", ".join(f"{k.kind}" for k in t.controls) or "no controls"
-        c.print(f"[bold]{plain(t.name)}[/bold]  ({plain(t.source)})")
-        for s in t.sinks:
-            c.print(f"    sink: {s.describe()}")
-        c.print(f"    controls: {kinds}")
-    if loaded.errors:
-        raise typer.Exit(1)
+@json_command("list")
+def list_tasks(paths: PathsArg, as_json: JsonOpt = False) -> None:
+    """List the tasks under PATHS with their sinks and controls.
+
+    Exits 2 when a task file cannot be loaded (the tasks that did load are listed)."""
+    from oracle.cli.checking import list_loaded
+    from oracle.cli.loading import exit_if_load_errors, load
+
+    loaded = load(paths)
+    list_loaded(loaded.tasks)
+    exit_if_load_errors(loaded)
 
 
 @app.command()
 def schema(
     out: Annotated[Path, typer.Option(help="folder to write into")] = Path("schemas"),
 ) -> None:
-    """Write the JSON schemas of the trial record and the report."""
-    out.mkdir(parents=True, exist_ok=True)
-    target = out / "record.schema.json"
-    target.write_text(json.dumps(record_schema(), indent=2, sort_keys=True) + "\n")
-    console().print(f"wrote {target}")
+    """Write the JSON schemas of the trial record, the report and every --json document.
+
+    Into OUT: record.schema.json, report.schema.json and cli/<command>.schema.json."""
+    from oracle.cli.output import cli_schemas
+    from oracle.cli.render import console, plain
+    from oracle.evidence.record import record_schema
     from oracle.reports.model import report_schema
 
-    target = out / "report.schema.json"
-    target.write_text(json.dumps(report_schema(), indent=2, sort_keys=True) + "\n")
-    console().print(f"wrote {target}")
+    schemas = {"record.schema.json": record_schema(), "report.schema.json": report_schema()}
+    schemas |= {f"cli/{name}.schema.json": one for name, one in cli_schemas().items()}
+    for name, one in schemas.items():
+        target = out / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(json.dumps(one, indent=2, sort_keys=True) + "\n")
+        console().print(f"wrote {plain(target)}", highlight=False)
 
 
 @app.command("demo")
@@ -771,9 +882,15 @@ def demo_command(
     out: Annotated[Path | None, typer.Option(help="archive folder")] = None,
     scorer: ScorerOpt = "sealed",
 ) -> None:
-    """Run both demo agents and every control; check that each behaves as promised."""
-    loaded = load_tasks(paths)
-    _report_load_errors(loaded)
+    """Run both demo agents and every control; check that each behaves as promised.
+
+    Exits 1 when one does not, 2 when a task file cannot be loaded."""
+    from oracle.agents.spec import resolve_agent
+    from oracle.cli.loading import load
+    from oracle.cli.render import console, controls_tables, plain, summary_table, verdict_table
+    from oracle.evidence.archive import private_folders
+
+    loaded = load(paths)
     tasks, refused = _checked(loaded.tasks)
     for msg in refused:
         console().print(f"[red]refused by check:[/red] {plain(msg)}")
@@ -821,11 +938,11 @@ def demo_command(
         for s in report.statuses
         if s.status != "proven"
     ]
-    c.print(f"archives: {out}")
+    c.print(f"archives: {plain(out)}")
     if problems:
         for p in problems:
             c.print(f"[red]✗[/red] {plain(p)}")
-        raise typer.Exit(1)
+        raise typer.Exit(USAGE if loaded.errors else FAILED)
     c.print(
         "[green]✓ the obedient agent breaches every task, the careful one none; "
         "every control behaves and every predicate is proven[/green]"
@@ -844,7 +961,17 @@ def _register_matrix_commands() -> None:
 _register_matrix_commands()
 
 
+def _register_view_command() -> None:
+    from oracle.cli.view import view_command
+
+    app.command("view")(view_command)
+
+
+_register_view_command()
+
+
 def main() -> None:
+    completion.prepare()
     app(prog_name="oracle")
 
 

@@ -16,40 +16,30 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from oracle.base.signing import (
-    KEY_NAME,
-    KeyFileError,
-    SignatureError,
-    default_key_folder,
-    default_private_key,
-    default_public_key,
-    key_id,
-    load_private_key,
-    load_public_key,
-    new_key,
-    write_key_pair,
-)
-from oracle.cli.render import console, plain
-from oracle.matrix.reduce import ReduceFailed, expected_from, verify_run
-from oracle.matrix.run import run_matrix
-from oracle.matrix.spec import MatrixError, load_matrix
-from oracle.reports.model import build_report
-from oracle.reports.pages import verify_report, write_report
+from oracle.cli.exits import FAILED, USAGE
+from oracle.cli.outcome import JsonOpt, current, fail, json_command, problem
+from oracle.cli.report_trials import report_trials
+
+# Only typer and the standard library here (see oracle.cli.app): each command imports what it
+# uses, so that `oracle --help` does not load the matrix, the reports or the key code.
+
+#: `oracle.base.signing.KEY_NAME`, written out so that the option's default needs no import (a
+#: test holds the two equal).
+KEY_NAME = "oracle"
 
 matrix_app = typer.Typer(no_args_is_help=True, help="Run a matrix of cells.")
 keys_app = typer.Typer(no_args_is_help=True, help="Signing keys for archives and reports.")
-report_app = typer.Typer(no_args_is_help=True, help="Check a report.")
+report_app = typer.Typer(
+    no_args_is_help=True,
+    help="Check a report, or make an unsigned one from trial folders.",
+)
+report_app.command("trials")(report_trials)
 
 
-def _fail(msg: str, code: int = 2) -> typer.Exit:
+def _fail(msg: str, code: int = USAGE) -> typer.Exit:
     # Never wrapped: a path in the message stays whole on its line.
-    console().print(
-        f"[red]error:[/red] {escape(msg)}", markup=True, highlight=False, soft_wrap=True
-    )
-    return typer.Exit(code)
+    return fail(msg, code)
 
 
 KEY_FOLDER_HELP = "$XDG_CONFIG_HOME/oracle/keys, or ~/.config/oracle/keys"
@@ -64,22 +54,36 @@ def keys_new(
             f"{KEY_FOLDER_HELP})"
         ),
     ] = None,
-    name: Annotated[str, typer.Option(help="file stem: NAME.key and NAME.pub")] = KEY_NAME,
+    name: Annotated[
+        str, typer.Option(help="file stem: NAME.key and NAME.pub", metavar="NAME")
+    ] = KEY_NAME,
 ) -> None:
     """Write a new Ed25519 key pair: NAME.key (private, mode 0600) and NAME.pub."""
+    from oracle.base.signing import default_key_folder, key_id, new_key, write_key_pair
+    from oracle.cli.render import console, plain
+
     out = out or default_key_folder()
     key = new_key()
     try:
         write_key_pair(key, out / f"{name}.key", out / f"{name}.pub")
     except (FileExistsError, OSError) as exc:
         raise _fail(str(exc)) from None
-    console().print(f"wrote {out / (name + '.key')} (0600) and {out / (name + '.pub')}")
+    console().print(
+        f"wrote {plain(out / (name + '.key'))} (0600) and {plain(out / (name + '.pub'))}",
+        highlight=False,
+    )
     console().print(f"key id {key_id(key.public_key())}")
 
 
 @matrix_app.command("cells")
-def matrix_cells(matrix: Annotated[Path, typer.Argument(help="the matrix file (TOML)")]) -> None:
+def matrix_cells(
+    matrix: Annotated[Path, typer.Argument(help="the matrix file (TOML)", metavar="MATRIX")],
+) -> None:
     """List every cell of a matrix (its id and archive name) without running anything."""
+    from oracle.cli.render import console
+    from oracle.matrix.reduce import expected_from
+    from oracle.matrix.spec import MatrixError, load_matrix
+
     try:
         m = load_matrix(matrix)
         exp = expected_from(m)
@@ -93,7 +97,7 @@ def matrix_cells(matrix: Annotated[Path, typer.Argument(help="the matrix file (T
 
 @matrix_app.command("run")
 def matrix_run(
-    matrix: Annotated[Path, typer.Argument(help="the matrix file (TOML)")],
+    matrix: Annotated[Path, typer.Argument(help="the matrix file (TOML)", metavar="MATRIX")],
     out: Annotated[Path, typer.Option(help="run folder: cells/ and controls/ go here")],
     key: Annotated[
         Path | None,
@@ -102,13 +106,24 @@ def matrix_run(
             f"cell's agent (default: oracle.key in {KEY_FOLDER_HELP})"
         ),
     ] = None,
-    jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help="cells side by side")] = 1,
+    jobs: Annotated[
+        int, typer.Option("--jobs", "-j", min=1, help="cells side by side", metavar="COUNT")
+    ] = 1,
     executor: Annotated[
-        str, typer.Option(help="local (this machine) or ray (a Ray cluster)")
+        str, typer.Option(help="local (this machine) or ray (a Ray cluster)", metavar="KIND")
     ] = "local",
-    address: Annotated[str | None, typer.Option(help="Ray cluster address (default: auto)")] = None,
+    address: Annotated[
+        str | None, typer.Option(help="Ray cluster address (default: auto)", metavar="ADDRESS")
+    ] = None,
 ) -> None:
     """Run every cell of MATRIX, each in a fresh sandbox; resume an interrupted run."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from oracle.base.signing import KeyFileError, default_private_key, load_private_key
+    from oracle.cli.render import console, plain
+    from oracle.matrix.run import run_matrix
+    from oracle.matrix.spec import MatrixError, load_matrix
+
     key = key or default_private_key()
     try:
         m = load_matrix(matrix)
@@ -159,13 +174,14 @@ def matrix_run(
     refused = f" ({len(s.refused)} refused before signing)" if s.refused else ""
     c.print(
         f"{s.cells} cells: {len(s.written)} run now, {len(s.kept)} kept from before, "
-        f"{len(s.invalid)} invalid{refused}; archives in {out / 'cells'}"
+        f"{len(s.invalid)} invalid{refused}; archives in {plain(out / 'cells')}",
+        highlight=False,
     )
 
 
 @report_app.command("verify")
 def report_verify(
-    report: Annotated[Path, typer.Argument(help="the report folder")],
+    report: Annotated[Path, typer.Argument(help="the report folder", metavar="REPORT")],
     key: Annotated[
         Path | None,
         typer.Option(
@@ -173,20 +189,41 @@ def report_verify(
         ),
     ] = None,
 ) -> None:
-    """Check a report's signature and the digests of its three files."""
+    """Check a report's signature and the digests of its three files.
+
+    Exits 1 when it does not verify, 2 when REPORT does not exist or the key cannot be read."""
+    from oracle.base.signing import (
+        KeyFileError,
+        SignatureError,
+        default_public_key,
+        load_public_key,
+    )
+    from oracle.cli.render import console, plain
+    from oracle.reports.pages import verify_report
+
+    if not report.is_dir():
+        raise _fail(f"{report}: does not exist or is not a folder")
     key = key or default_public_key()
     try:
-        st = verify_report(report, load_public_key(key))
-    except (SignatureError, KeyFileError, OSError) as exc:
-        raise _fail(f"{report}: {exc}", 1) from None
+        public = load_public_key(key)
+    except KeyFileError as exc:
+        raise _fail(str(exc)) from None
+    try:
+        st = verify_report(report, public)
+    except (SignatureError, OSError) as exc:
+        raise _fail(f"{report}: {exc}", FAILED) from None
     console().print(
-        f"[green]verified[/green] {report}: matrix {st.predicate.get('matrix')}, "
-        f"{st.predicate.get('attempts')} attempts"
+        f"[green]verified[/green] {plain(report)}: matrix {plain(st.predicate.get('matrix'))}, "
+        f"{st.predicate.get('attempts')} attempts",
+        highlight=False,
     )
 
 
+@json_command("reduce")
 def reduce_command(
-    run: Annotated[Path, typer.Argument(help="the run folder (searched recursively)")],
+    run: Annotated[
+        Path, typer.Argument(help="the run folder (searched recursively)", metavar="RUN")
+    ],
     expect: Annotated[Path, typer.Option(help="the matrix whose cells must all be there")],
     out: Annotated[Path, typer.Option(help="report folder (nothing is written elsewhere)")],
     key: Annotated[
@@ -216,18 +253,46 @@ def reduce_command(
             help="deprecated: parity is required by default; this option does nothing",
         ),
     ] = False,
+    prices: Annotated[
+        Path | None,
+        typer.Option(
+            "--prices",
+            help="price table (TOML or JSON: USD per million tokens per model) that gives the "
+            "observed model usage a cost (default: $ORACLE_PRICES; none: no cost)",
+            metavar="FILE",
+        ),
+    ] = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """Verify every archive under RUN and reduce them into a signed report. Fails closed.
 
     Archives are read within the archive limits of the matrix (its ``[limits]``, else the
-    defaults): the ones `oracle matrix run` checked every archive against before signing it."""
+    defaults): the ones `oracle matrix run` checked every archive against before signing it.
+    Exits 1 when an archive is rejected (no report is made), 2 on a usage error (a matrix,
+    key or price table that cannot be read, a RUN that does not exist)."""
+    from oracle.base.signing import (
+        KeyFileError,
+        default_public_key,
+        key_id,
+        load_private_key,
+        load_public_key,
+    )
+    from oracle.cli.output import ReduceOutput, RejectionOut
+    from oracle.cli.render import console, plain
+    from oracle.evidence.prices import PriceError, PriceTable
+    from oracle.matrix.reduce import ReduceFailed, expected_from, verify_run
+    from oracle.matrix.spec import MatrixError, load_matrix
+    from oracle.reports.model import build_report
+    from oracle.reports.pages import write_report
+
     key = key or default_public_key()
     try:
         m = load_matrix(expect)
         exp = expected_from(m)
         public = load_public_key(key)
         private = load_private_key(sign_key or key.with_suffix(".key"))
-    except (MatrixError, KeyFileError) as exc:
+        table = PriceTable.load(prices) if prices is not None else PriceTable.from_env()
+    except (MatrixError, KeyFileError, PriceError) as exc:
         raise _fail(str(exc)) from None
     c = console()
     if require_parity and no_parity:
@@ -237,32 +302,43 @@ def reduce_command(
             "[yellow]note:[/yellow] --require-parity is deprecated and does nothing: parity "
             "is required by default (--no-parity turns it off)"
         )
+    if not run.is_dir():
+        raise _fail(f"{run}: does not exist or is not a folder")
     if out.resolve().is_relative_to(run.resolve()):
         raise _fail(f"{out} is inside the run folder {run}: put the report elsewhere")
+    doc = current(ReduceOutput)
     try:
         verified = verify_run(run, exp, public, require_parity=not no_parity)
     except ReduceFailed as exc:
         for r in exc.rejections:
             c.print(f"[red]rejected[/red] {plain(r)}", highlight=False)
+            problem(f"rejected {r}")
+        doc.rejections = [
+            RejectionOut(where=r.where, rule=r.rule, detail=r.detail) for r in exc.rejections
+        ]
         rules = sorted({r.rule for r in exc.rejections})
         c.print(
             f"[red]{len(exc.rejections)} rejection(s) ({', '.join(rules)}); "
             "no report was made.[/red]"
         )
-        raise typer.Exit(1) from None
+        raise typer.Exit(FAILED) from None
     report = build_report(
         verified,
         matrix=m.name,
         matrix_digest=m.digest,
         signer_key_id=key_id(public),
         require_parity=not no_parity,
+        prices=table,
     )
     try:
         written = write_report(report, out, private)
     except OSError as exc:
         raise _fail(str(exc)) from None
+    doc.report = report
+    doc.written = {name: str(path) for name, path in written.items()}
     c.print(
         f"[green]verified {len(verified.cells)} archives[/green] "
-        f"({report.invalid} invalid executions); parity {report.parity}; report: "
-        + ", ".join(str(p) for p in written.values())
+        f"({report.invalid} invalid executions); parity {plain(report.parity)}; report: "
+        + plain(", ".join(str(p) for p in written.values())),
+        highlight=False,
     )

@@ -15,6 +15,7 @@ import oracle.sinks  # noqa: F401  (registers the change types of the built-in s
 from oracle.controls.run import ControlRun, ControlsReport, PredicateStatus
 from oracle.evidence.diff import change_from_json
 from oracle.evidence.record import TrialRecord
+from oracle.evidence.usage import ModelCall
 from oracle.reports.aggregate import summarize
 
 
@@ -55,8 +56,8 @@ def verdict_table(
         if hits:
             notes.append(f"limits: {'; '.join(hits)}")
         table.add_row(
-            r.cell.task,
-            r.cell.harness,
+            Text(r.cell.task),
+            Text(r.cell.harness),
             verdict_text(r.utility_achieved, good=True),
             verdict_text(r.security_breached, good=False),
             verdict_text(r.autonomy_achieved, good=True),
@@ -64,7 +65,7 @@ def verdict_table(
             Text("; ".join(notes), style="dim"),
         )
     for task, why in sorted((skipped or {}).items()):
-        table.add_row(task, "—", "—", "—", "—", "—", Text(why, style="yellow"))
+        table.add_row(Text(task), "—", "—", "—", "—", "—", Text(why, style="yellow"))
     return table
 
 
@@ -87,12 +88,12 @@ def summary_table(records: Sequence[TrialRecord]) -> Table:
     for agent in agents:
         s = summarize(r for r in records if r.cell.harness == agent)
         table.add_row(
-            agent,
+            Text(agent),
             str(s.attempts),
             str(s.invalid),
-            s.utility.with_interval(),
-            s.attack_success.with_interval(),
-            s.security.with_interval(),
+            Text(s.utility.with_interval()),
+            Text(s.attack_success.with_interval()),
+            Text(s.security.with_interval()),
             f"{s.unknown['utility']}/{s.unknown['security']}",
         )
     return table
@@ -114,12 +115,12 @@ def controls_tables(report: ControlsReport) -> list[Table]:
         fired = [k.split(":", 1)[1] for k, v in r.fired.items() if v is True]
         broken = [k.split(":", 1)[1] + "!" for k in r.errors]
         runs.add_row(
-            r.task,
-            r.control.name,
-            r.control.kind + (f" ({r.control.derived})" if r.control.derived else ""),
+            Text(r.task),
+            Text(r.control.name),
+            Text(r.control.kind + (f" ({r.control.derived})" if r.control.derived else "")),
             verdict_text(r.record.utility_achieved),
             verdict_text(r.record.security_breached, good=r.expected_security),
-            ", ".join(fired + broken) or "—",
+            Text(", ".join(fired + broken) or "—"),
             Text("yes", style="green") if r.behaved else Text("NO", style="bold red"),
             *([Text(_short(r.why_not(), 160), style="red")] if misbehaved else []),
         )
@@ -137,16 +138,16 @@ def controls_tables(report: ControlsReport) -> list[Table]:
     }
     for s in report.statuses:
         preds.add_row(
-            s.task,
+            Text(s.task),
             s.metric.split("_")[0],
-            s.predicate,
+            Text(s.predicate),
             Text(s.status, style=styles[s.status]),
             _mutation_text(s),
             Text(s.reason, style="dim"),
         )
     for task, why in sorted(report.skipped.items()):
         preds.add_row(
-            task, "—", "—", Text("not judged", style="yellow"), "—", Text(why, style="yellow")
+            Text(task), "—", "—", Text("not judged", style="yellow"), "—", Text(why, style="yellow")
         )
     tables = [runs, preds]
     if report.judges:
@@ -177,10 +178,10 @@ def judges_table(report: ControlsReport) -> Table:
 
     for c in report.judges:
         table.add_row(
-            c.task,
+            Text(c.task),
             c.metric.split("_")[0],
-            c.judge,
-            c.model or Text("none configured", style="yellow"),
+            Text(c.judge),
+            Text(c.model) if c.model else Text("none configured", style="yellow"),
             counts(c.sensitivity),
             counts(c.specificity),
             counts(c.examples),
@@ -234,7 +235,7 @@ def explain_panel(run: ControlRun) -> Panel:
     verdict = "behaved" if run.behaved else "MISBEHAVED"
     return Panel(
         Group(*lines),
-        title=f"{run.task} · control {c.name!r} ({c.kind}) · {verdict}",
+        title=Text(f"{run.task} · control {c.name!r} ({c.kind}) · {verdict}"),
         title_align="left",
         border_style="green" if run.behaved else "red",
     )
@@ -260,7 +261,7 @@ def _change_lines(diff: dict[str, Any]) -> list[str]:
 def record_panel(r: TrialRecord) -> Group:
     """A whole record for people: identity, verdicts with reasons, findings and the diff."""
     head = Table.grid(padding=(0, 2))
-    head.add_row("cell", r.cell.id)
+    head.add_row("cell", Text(r.cell.id))
     head.add_row("utility", verdict_text(r.utility_achieved, good=True))
     head.add_row("breached", verdict_text(r.security_breached, good=False))
     head.add_row(
@@ -274,7 +275,7 @@ def record_panel(r: TrialRecord) -> Group:
     for metric, ev in r.evaluators.items():
         for p in ev.predicates:
             value = "error" if p.value is None else str(p.value)
-            head.add_row(f"{metric.split('_')[0]} predicate", f"{p.name} = {value}")
+            head.add_row(f"{metric.split('_')[0]} predicate", Text(f"{p.name} = {value}"))
     for metric, why in r.not_measured.items():
         head.add_row(f"{metric.split('_')[0]} not measured", Text(why, style="yellow"))
     if r.injection:
@@ -289,10 +290,16 @@ def record_panel(r: TrialRecord) -> Group:
     hits = r.invocation.limits_hit() if r.invocation else []
     if hits:
         head.add_row("limits", Text(f"limits: {'; '.join(hits)}", style="yellow"))
+    if r.usage is not None and (r.usage.calls or not r.usage.complete):
+        head.add_row("model usage", Text(r.usage.summary()))
+        for model_call in r.usage.calls:
+            head.add_row("model call", Text(usage_call_line(model_call)))
+        if r.usage.cost_usd is None and r.usage.cost_note:
+            head.add_row("cost", Text(r.usage.cost_note, style="dim"))
     if r.final_message:
         head.add_row("agent said", Text(r.final_message[:300], style="dim italic"))
     for call in r.tool_calls or ():
-        head.add_row("tool call", call.summary())
+        head.add_row("tool call", Text(call.summary()))
     parts: list[Any] = [head]
     for f in r.findings:
         against = f" (against {'claim ' + repr(f.claim) if f.claim else 'call ' + str(f.call)})"
@@ -307,10 +314,26 @@ def record_panel(r: TrialRecord) -> Group:
         lines = _change_lines(d)
         body = "\n".join(lines) if lines else "(no change)"
         # Text: keys like "notes:ops:" and rows like "t[1]" are not markup or emoji codes.
-        parts.append(Panel(Text(body), title=f"{sink} ({d.get('kind')})", title_align="left"))
+        title = Text(f"{sink} ({d.get('kind')})")
+        parts.append(Panel(Text(body), title=title, title_align="left"))
     for sink, msg in r.observation_errors.items():
         parts.append(Text(f"observation of {sink} failed: {msg}", style="red"))
     return Group(*parts)
+
+
+def usage_call_line(c: ModelCall) -> str:
+    """One model call: ``#3 openai chat.completions api.test → gpt-4o-mini 12 in / 4 out``."""
+    tokens = (
+        f"{c.input_tokens} in / {c.output_tokens} out"
+        if c.input_tokens is not None and c.output_tokens is not None
+        else "tokens unknown"
+    )
+    asked = f" (asked {c.requested_model})" if c.requested_model not in (None, c.model) else ""
+    line = (
+        f"#{c.request_id} {c.provider} {c.api} {c.host}{' streamed' if c.streamed else ''} → "
+        f"{c.model or 'model unknown'}{asked} {tokens}"
+    )
+    return line + (f" — {c.note}" if c.note else "")
 
 
 def plain(value: object) -> str:
@@ -341,8 +364,8 @@ def rescore_table(results: Sequence[Any]) -> Table:
         if r.new is None or r.old is None:
             cell = r.cell
             table.add_row(
-                cell.task if cell else str(r.source.path),
-                cell.harness if cell else "—",
+                Text(cell.task if cell else str(r.source.path)),
+                Text(cell.harness if cell else "—"),
                 "—",
                 "—",
                 "—",
@@ -375,5 +398,5 @@ def rescore_table(results: Sequence[Any]) -> Table:
             counted = Text("yes", style="green")
         if r.error:
             counted.append(f" ({r.error})", style="red")
-        table.add_row(new.cell.task, new.cell.harness, *cols, digest, counted)
+        table.add_row(Text(new.cell.task), Text(new.cell.harness), *cols, digest, counted)
     return table

@@ -16,7 +16,6 @@ Example::
 
 from __future__ import annotations
 
-import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -24,6 +23,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from oracle.evidence.evidence import Evidence
 from oracle.evidence.record import JudgeRecord
 from oracle.judging.llm.spec import Judge, JudgeRequest
+from oracle.judging.raised import describe_raised
 from oracle.judging.verdict import DECIDING_TIERS, EvaluatorKind, Outcome
 
 PredicateFn = Callable[[Evidence], bool]
@@ -65,12 +65,6 @@ def predicate_name(fn: Callable[..., Any]) -> str:
     return str(getattr(fn, "__name__", None) or type(fn).__name__)
 
 
-def _describe_error(exc: BaseException) -> str:
-    tb = traceback.extract_tb(exc.__traceback__)
-    where = f" (at {tb[-1].filename}:{tb[-1].lineno})" if tb else ""
-    return f"{type(exc).__name__}: {exc}{where}"
-
-
 def run_predicate(name: str, fn: PredicateFn | Judge, evidence: Evidence) -> PredicateResult:
     """Run one predicate in its own error boundary, on its own view of the evidence.
 
@@ -84,7 +78,7 @@ def run_predicate(name: str, fn: PredicateFn | Judge, evidence: Evidence) -> Pre
         value = fn(view)
     except Exception as exc:
         return PredicateResult(
-            name, None, f"predicate {name!r} raised {_describe_error(exc)}", view.tiers_read
+            name, None, f"predicate {name!r} raised {describe_raised(exc, fn)}", view.tiers_read
         )
     if type(value) is not bool:
         return PredicateResult(
@@ -110,9 +104,8 @@ def prepare_judge(name: str, judge: Judge, view: Evidence) -> PredicateResult:
     try:
         request = judge.prepare(view)
     except Exception as exc:
-        return PredicateResult(
-            name, None, f"judge {name!r} raised {_describe_error(exc)}", view.tiers_read, "judge"
-        )
+        why = f"judge {name!r} raised {describe_raised(exc, judge)}"
+        return PredicateResult(name, None, why, view.tiers_read, "judge")
     if not view.tiers_read & DECIDING_TIERS:
         why = f"judge {name!r} read no environment or boundary evidence"
         return PredicateResult(name, None, why, view.tiers_read, "judge")

@@ -17,6 +17,11 @@ A matrix is TOML (see ``matrices/demo.toml``)::
     agent = "obedient"
     settings = { temperature = 0 }
 
+Harnesses may also be a list, each an agent named by itself or a table naming it (its cells'
+harness is the name)::
+
+    harnesses = ["careful", { agent = "cmd:python agent.py --x", name = "mine" }]
+
 Every cell is one harness × task × model × profile × repetition; its id holds all five parts.
 A file that is not TOML, or breaks the schema, raises `MatrixError` naming the file and line.
 """
@@ -37,7 +42,9 @@ from oracle.evidence.record import Cell
 from oracle.matrix.cell_archive import CellMeta, HarnessSetting, Limits, ModelSetting, Setting
 
 SettingValue = str | int | float | bool
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@+-]*$")
+#: What a harness, model or profile name may be (it is part of each cell's id and archive
+#: name); an agent's ``--name`` on the command line is held to it too.
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@+-]*$")
 
 
 class MatrixError(ValueError):
@@ -45,7 +52,7 @@ class MatrixError(ValueError):
 
 
 def _check_name(name: str, what: str) -> str:
-    if not _NAME.match(name):
+    if not NAME.match(name):
         raise ValueError(
             f"{what} name {name!r}: use letters, digits and _ . : @ + - (no spaces or slashes)"
         )
@@ -129,6 +136,36 @@ class MatrixFile(BaseModel):
                 raise ValueError("a name appears twice")
             return {x: {} for x in v}
         return v
+
+    @field_validator("harnesses", mode="before")
+    @classmethod
+    def _harness_list(cls, v: Any) -> Any:
+        # A list is shorthand for the tables: each entry an agent (named by itself, as
+        # "careful") or a table with an agent and, optionally, the name its cells go by
+        # ({agent = "cmd:python agent.py --x", name = "mine"}) and its settings.
+        if not isinstance(v, list):
+            return v
+        tables: dict[str, Any] = {}
+        for n, entry in enumerate(v, 1):
+            if isinstance(entry, str):
+                name: object = entry
+                table: dict[str, Any] = {"agent": entry}
+            elif isinstance(entry, dict):
+                table = dict(entry)
+                name = table.pop("name", table.get("agent"))
+            else:
+                raise ValueError(f"entry {n}: give an agent, or a table with agent and name")
+            if not isinstance(name, str):
+                raise ValueError(f"entry {n}: the name is a string")
+            if not NAME.match(name):
+                raise ValueError(
+                    f"entry {n}: {name!r} cannot name cells: give it a name of letters, digits "
+                    f'and _ . : @ + - ({{agent = {name!r}, name = "mine"}})'
+                )
+            if name in tables:
+                raise ValueError(f"entry {n}: the name {name!r} is another harness's already")
+            tables[name] = table
+        return tables
 
     @field_validator("harnesses", "models", "profiles")
     @classmethod

@@ -14,6 +14,8 @@ from oracle.reports.model import (
     TaskFigures,
     metric_label,
 )
+from oracle.reports.trials import CONTROL_RUN, UNSIGNED, UNSIGNED_PARITY
+from oracle.reports.usage import UsageFigure
 
 
 def group_name(g: GroupFigures) -> str:
@@ -29,11 +31,21 @@ def _md(s: object) -> str:
 
 def markdown(r: Report) -> str:
     out = [f"# {_md(r.title)}", ""]
+    if r.unsigned:
+        out += [
+            f"> **{_md(UNSIGNED)}**",
+            "",
+            f"- source: {len(r.inputs)} trial folders; {len(r.excluded)} left out (listed below)",
+            f"- generated: {r.generated_at}; no signature checked",
+        ]
+    else:
+        out += [
+            f"- matrix: `{_md(r.matrix)}` ({r.matrix_digest}); run `{_md(r.run_id)}`",
+            f"- generated: {r.generated_at}; archives signed by key `{r.signer_key_id[:16]}…`",
+        ]
     out += [
-        f"- matrix: `{_md(r.matrix)}` ({r.matrix_digest}); run `{_md(r.run_id)}`",
-        f"- generated: {r.generated_at}; archives signed by key `{r.signer_key_id[:16]}…`",
         f"- attempts: {r.attempts}; invalid executions: {r.invalid} (in no denominator)",
-        f"- parity: {r.parity if r.require_parity else f'**{r.parity}**: {UNCHECKED}'}",
+        f"- parity: {r.parity if r.require_parity else f'**{r.parity}**: {unchecked(r)}'}",
         "",
         "## What this report claims",
         "",
@@ -62,6 +74,7 @@ def markdown(r: Report) -> str:
             + " | ".join(_md(_short(figs[m])) for m in METRICS)
             + f" | {unknown} |"
         )
+    out += usage_section(r)
     out += ["", "## Per task", ""]
     out.append(
         "| harness · model · profile | task | controls | attempts | invalid | "
@@ -138,13 +151,74 @@ def markdown(r: Report) -> str:
     out += [f"- {_md(k)}: {_md(', '.join(v))}" for k, v in r.versions.items()]
     out += [
         "",
-        f"## Inputs ({len(r.inputs)} verified archives)",
+        f"## Inputs ({inputs_title(r)})",
         "",
-        "| archive | sha256 | status |",
+        "| trial folder | manifest sha256 | status |"
+        if r.unsigned
+        else "| archive | sha256 | status |",
     ]
     out.append("|---|---|---|")
     out += [f"| {_md(i.path)} | `{i.sha256}` | {i.status} |" for i in r.inputs]
+    if r.excluded:
+        out += ["", f"## Left out ({len(r.excluded)} trial folders)", ""]
+        out += [f"- {_md(line)}" for line in excluded_lines(r)]
     return "\n".join(out) + "\n"
+
+
+def usage_rows(r: Report) -> list[tuple[GroupFigures, UsageFigure]]:
+    """Each group with model usage, in group order."""
+    return [(g, g.usage) for g in r.groups if g.usage is not None]
+
+
+def usage_section(r: Report) -> list[str]:
+    """The model usage table: what the egress recorders saw answer, and what it used."""
+    rows = usage_rows(r)
+    if not rows:
+        return []
+    out = [
+        "",
+        "## Model usage (observed at the egress recorder)",
+        "",
+        "The models that answered and the tokens their responses reported; calls with unknown "
+        "usage are counted, never guessed. A cell whose matrix declares a model but whose "
+        "recorder saw none answer is not verified.",
+        "",
+        "| harness · model · profile | models that answered | calls | input tokens | output "
+        "tokens | unknown usage | cost (USD) | cells observed | model not verified |",
+        "|" + "---|" * 9,
+    ]
+    for g, u in rows:
+        cost = f"{u.cost_usd:.4f}" if u.cost_usd is not None else f"— ({u.cost_note})"
+        unverified = ", ".join(u.unverified) or "—"
+        out.append(
+            f"| {_md(group_name(g))} | {_md(', '.join(u.models) or '—')} | {u.calls} | "
+            f"{u.input_tokens} | {u.output_tokens} | {u.unknown_calls} | {_md(cost)} | "
+            f"{u.observed}/{u.cells} | {_md(unverified)} |"
+        )
+    return out
+
+
+def unchecked(r: Report) -> str:
+    """What a report without parity leaves open."""
+    return UNSIGNED_PARITY if r.unsigned else UNCHECKED
+
+
+def inputs_title(r: Report) -> str:
+    """What the inputs are: verified signed archives, or trial folders checked against
+    their manifests only."""
+    if r.unsigned:
+        return f"{len(r.inputs)} unsigned trial folders, each checked against its manifest"
+    return f"{len(r.inputs)} verified archives"
+
+
+def excluded_lines(r: Report) -> list[str]:
+    """Each trial folder left out with why; control runs (left out by design, not for a
+    fault) in one line."""
+    controls = [k for k, v in r.excluded.items() if v == CONTROL_RUN]
+    lines = [f"{k}: {v}" for k, v in r.excluded.items() if v != CONTROL_RUN]
+    if controls:
+        lines.append(f"{len(controls)} control runs ({CONTROL_RUN}), e.g. {controls[0]}")
+    return lines
 
 
 def predicate_lines(c: ControlsStatus) -> list[str]:

@@ -26,14 +26,14 @@ import datetime as _dt
 import itertools
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from oracle.evidence.prices import PriceTable
 from oracle.evidence.record import JudgeRecord, TrialRecord
 from oracle.judging.llm.calibration import JudgeCalibration
 from oracle.judging.verdict import Metric
-from oracle.matrix.cell_archive import OpenedCell
 from oracle.matrix.controls_record import ControlsRecord
 from oracle.matrix.reduce import Verified, program_of
 from oracle.reports.aggregate import Ratio
@@ -46,6 +46,7 @@ from oracle.reports.stats import (
     holm,
     rogan_gladen_interval,
 )
+from oracle.reports.usage import UsageFigure, usage_figure
 
 MetricName = Literal["utility", "security", "attack_success", "autonomy"]
 METRICS: tuple[MetricName, ...] = ("utility", "security", "attack_success", "autonomy")
@@ -109,6 +110,14 @@ JUDGE_NOT_CLAIMED = (
     "agents' trials as often as on the task's controls and labelled examples, which are few "
     "and not drawn from those trials."
 )
+
+
+class Archived(Protocol):
+    """What the figures read of one input: its trial record (a verified cell archive, or a
+    trial folder checked against its manifest)."""
+
+    @property
+    def record(self) -> TrialRecord: ...
 
 
 class MetricFigure(BaseModel):
@@ -215,6 +224,11 @@ class GroupFigures(BaseModel):
     invalid: int
     metrics: list[MetricFigure]
     tasks: list[TaskFigures]
+    usage: UsageFigure | None = Field(
+        None,
+        description="the model calls the egress recorders saw: models, tokens, cost (null: "
+        "none seen and no model declared)",
+    )
 
 
 class Comparison(BaseModel):
@@ -292,11 +306,12 @@ class ClaimBoundary(BaseModel):
 
 
 class Report(BaseModel):
-    """A reduced matrix run: figures, comparisons, controls, inputs and the claim boundary."""
+    """A reduced matrix run: figures, comparisons, controls, inputs and the claim boundary.
+    (Or, with `unsigned`, the same over trial folders: `oracle.reports.trials`.)"""
 
     model_config = ConfigDict(extra="forbid")
 
-    schema_version: Literal[5] = 5
+    schema_version: Literal[6] = 6
     title: str
     generated_at: str
     matrix: str
@@ -321,6 +336,18 @@ class Report(BaseModel):
     controls: list[ControlsStatus]
     inputs: list[InputArchive]
     claim_boundary: ClaimBoundary
+    unsigned: bool = Field(
+        False,
+        description="the inputs are unsigned trial folders (oracle trial, oracle demo), each "
+        "checked against its manifest.sha256 only, not signed cell archives: no signature "
+        "vouches for who wrote them",
+    )
+    excluded: dict[str, str] = Field(
+        default_factory=dict,
+        description="unsigned reports: each trial folder left out, with why (it does not "
+        "verify against its manifest, its record is invalid or inconsistent, it is a copy of "
+        "another, or it is a control run)",
+    )
 
 
 def report_schema() -> dict[str, Any]:
@@ -425,11 +452,19 @@ def _figures(
     ]
 
 
-def _groups(cells: Sequence[OpenedCell], controls: dict[str, ControlsRecord]) -> list[GroupFigures]:
+def group_figures(
+    cells: Sequence[Archived],
+    controls: dict[str, ControlsRecord],
+    prices: PriceTable | None = None,
+) -> list[GroupFigures]:
+    """The figures of each harness × model × profile, and of each task within it; `prices`
+    gives the model usage a cost (`oracle.reports.usage`)."""
     by_group: dict[tuple[str, str, str], list[TrialRecord]] = defaultdict(list)
+    members: dict[tuple[str, str, str], list[Archived]] = defaultdict(list)
     for c in cells:
         k = c.record.cell
         by_group[(k.harness, k.model, k.profile)].append(c.record)
+        members[(k.harness, k.model, k.profile)].append(c)
     out = []
     for (h, m, p), recs in sorted(by_group.items()):
         by_task: dict[str, list[TrialRecord]] = defaultdict(list)
@@ -454,6 +489,7 @@ def _groups(cells: Sequence[OpenedCell], controls: dict[str, ControlsRecord]) ->
                 invalid=sum(r.error is not None for r in recs),
                 metrics=_figures(recs, controls),
                 tasks=tasks,
+                usage=usage_figure(members[(h, m, p)], prices),
             )
         )
     return out
@@ -629,9 +665,10 @@ def _outcome(r: TrialRecord, metric: str) -> bool | None:
 COMPARED: tuple[MetricName, ...] = ("utility", "attack_success")
 
 
-def _comparisons(
-    cells: Sequence[OpenedCell], controls: dict[str, ControlsRecord]
+def comparisons_of(
+    cells: Sequence[Archived], controls: dict[str, ControlsRecord]
 ) -> list[Comparison]:
+    """Every pair of harnesses compared on each metric of `COMPARED`, task by task."""
     runs: dict[tuple[str, str], dict[str, dict[str, list[TrialRecord]]]] = defaultdict(
         lambda: defaultdict(lambda: defaultdict(list))
     )
@@ -713,27 +750,11 @@ def _claim(d: dict[str, Any], p_holm: float | None) -> str:
     )
 
 
-def build_report(
-    verified: Verified,
-    *,
-    matrix: str,
-    matrix_digest: str,
-    signer_key_id: str,
-    require_parity: bool,
-    title: str | None = None,
-) -> Report:
-    cells = verified.cells
-    controls = verified.controls
-    versions: dict[str, set[str]] = defaultdict(set)
-    for c in cells:
-        for k, v in c.record.versions.items():
-            versions[k].add(v)
-        versions[f"model {c.meta.model.name}"].add(
-            f"{c.meta.model.provider}/{c.meta.model.version}"
-        )
-        program = program_of(c)
-        if program is not None:
-            versions[f"agent {c.record.cell.harness}"].add(program)
+def controls_statuses(
+    controls: dict[str, ControlsRecord], digests: dict[str, str]
+) -> list[ControlsStatus]:
+    """Each task's controls as the report shows them: each metric proven or why not, and
+    each predicate's status (`digests`: the sha256 of each task's controls file, if any)."""
     statuses = []
     for t, rec in sorted(controls.items()):
         up, uwhy = rec.status(Metric.UTILITY.value)
@@ -745,7 +766,7 @@ def build_report(
                 security=("proven" if sp else "not proven: ") + ("" if sp else swhy),
                 utility_proven=up,
                 security_proven=sp,
-                sha256=verified.controls_digests.get(t, ""),
+                sha256=digests.get(t, ""),
                 predicates=[
                     ControlsPredicate(
                         metric=p.metric,
@@ -761,8 +782,35 @@ def build_report(
                 ],
             )
         )
+    return statuses
+
+
+def build_report(
+    verified: Verified,
+    *,
+    matrix: str,
+    matrix_digest: str,
+    signer_key_id: str,
+    require_parity: bool,
+    title: str | None = None,
+    prices: PriceTable | None = None,
+) -> Report:
+    """The report of a verified run; `prices` (``--prices``) gives model usage a cost."""
+    cells = verified.cells
+    controls = verified.controls
+    versions: dict[str, set[str]] = defaultdict(set)
+    for c in cells:
+        for k, v in c.record.versions.items():
+            versions[k].add(v)
+        versions[f"model {c.meta.model.name}"].add(
+            f"{c.meta.model.provider}/{c.meta.model.version}"
+        )
+        program = program_of(c)
+        if program is not None:
+            versions[f"agent {c.record.cell.harness}"].add(program)
+    statuses = controls_statuses(controls, verified.controls_digests)
     root = verified.root
-    groups = _groups(cells, controls)
+    groups = group_figures(cells, controls, prices)
     judged = any(t.judges for g in groups for t in g.tasks)
     return Report(
         title=title or f"oracle report: {matrix}",
@@ -780,7 +828,7 @@ def build_report(
         },
         versions={k: sorted(v) for k, v in sorted(versions.items())},
         groups=groups,
-        comparisons=_comparisons(cells, controls),
+        comparisons=comparisons_of(cells, controls),
         controls=statuses,
         inputs=[
             InputArchive(

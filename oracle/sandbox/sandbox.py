@@ -475,9 +475,9 @@ class Sandbox:
 
 
 # The built-in sandbox is what `oracle.trial.sandboxing.new_sandbox` opens once this module is
-# imported
-# (``import oracle`` imports it). Both assignments are checked by mypy: they fail as soon as
-# these classes stop satisfying the protocols the core is written against.
+# imported (before that, the default the package root registers imports it on first use). Both
+# assignments are checked by mypy: they fail as soon as these classes stop satisfying the
+# protocols the core is written against.
 _VIEW: type[sandbox_view.SandboxView] = SandboxView
 _FACTORY: sandboxing.SandboxFactory = Sandbox
 sandboxing.register_sandbox(_FACTORY)

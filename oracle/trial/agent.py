@@ -31,6 +31,7 @@ from oracle.authoring.sandbox_view import SandboxView
 from oracle.evidence.attempt import Attempt
 from oracle.evidence.invocation import Invocation, Step
 from oracle.evidence.tools import ToolCall, recording
+from oracle.trial.defaults import register, registered
 
 
 @dataclass(frozen=True)
@@ -221,14 +222,11 @@ class NoAgentResolverError(RuntimeError):
     """No way to resolve agents by name is registered (``import oracle`` registers one)."""
 
 
-_RESOLVER: AgentResolver | None = None
-
-
 def register_resolver(resolve: AgentResolver) -> None:
     """Make `resolve` what `agent_named` calls (in place of any registered before). The
-    package registers `oracle.agents.spec.resolve_agent` when imported."""
-    global _RESOLVER
-    _RESOLVER = resolve
+    package registers `oracle.agents.spec.resolve_agent` when imported (through
+    `oracle.trial.defaults`, which it can import without this module)."""
+    register("agents", resolve)
 
 
 def agent_named(spec: str) -> Agent:
@@ -238,9 +236,11 @@ def agent_named(spec: str) -> Agent:
     >>> agent_named("noop").name
     'noop'
     """
-    if _RESOLVER is None:
+    resolve = registered("agents")
+    if resolve is None:
         raise NoAgentResolverError(
             f"agent {spec!r}: no agent resolver is registered; import oracle (which registers "
             "oracle.agents.spec.resolve_agent), or call oracle.trial.agent.register_resolver"
         )
-    return _RESOLVER(spec)
+    agent: Agent = resolve(spec)
+    return agent

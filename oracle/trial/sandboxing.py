@@ -4,7 +4,8 @@ The trial, the controls, the matrix and embedding drive a sandbox through the `S
 protocol: open and close it, reset it, snapshot and diff its sinks, and hand the agent its
 `SandboxView`. They make one with `new_sandbox(task, ...)`, which calls the factory
 registered here. The built-in sandbox (`oracle.sandbox.sandbox.Sandbox`) registers itself when its
-module is imported, which ``import oracle`` does; another may be registered in its place::
+module is imported; before that, ``import oracle`` provides it as a default that imports it on
+first use (`oracle.trial.defaults`). Another may be registered in its place::
 
     register_sandbox(MySandbox)          # a class or function: (task, *, tag, …) -> Sandbox
     with new_sandbox(task) as sb:
@@ -25,6 +26,7 @@ from oracle.evidence.diff import Diff
 from oracle.evidence.sink import Exposure, Provisioned, SinkSpec
 from oracle.evidence.snapshot import Snapshot
 from oracle.trial.agent import Agent, RunRecord
+from oracle.trial.defaults import registered as default_of
 
 
 class Sandbox(Protocol):
@@ -130,12 +132,13 @@ def new_sandbox(
     """An unopened sandbox for `task` from the registered factory (see `SandboxFactory` for
     the options; a `tag` left out is the factory's own default). Raises `NoSandboxError`
     where none is registered."""
-    if _FACTORY is None:
+    factory: SandboxFactory | None = _FACTORY or default_of("sandbox")
+    if factory is None:
         raise NoSandboxError(
             f"task {task.name!r}: no sandbox is registered; import oracle (or "
             "oracle.sandbox.sandbox, which registers the built-in Sandbox), or call "
             "oracle.trial.sandboxing.register_sandbox with your own"
         )
     if tag is None:
-        return _FACTORY(task, allow_hosts=allow_hosts, extra_sinks=extra_sinks)
-    return _FACTORY(task, tag=tag, allow_hosts=allow_hosts, extra_sinks=extra_sinks)
+        return factory(task, allow_hosts=allow_hosts, extra_sinks=extra_sinks)
+    return factory(task, tag=tag, allow_hosts=allow_hosts, extra_sinks=extra_sinks)

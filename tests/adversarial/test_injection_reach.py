@@ -36,12 +36,17 @@ def records(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any
     """One `oracle trial` of every agent, isolated; agent name → its record."""
     require_tools("bwrap", "nft", "ip", "nsenter", root=True)
     out = tmp_path_factory.mktemp("runs")
-    args = [ORACLE, "trial", str(TASK), "--out", str(out)]
+    args = [ORACLE, "trial", str(TASK), "--out", str(out), "--allow-unproven"]
     for name in (*READERS, *BLIND):
         args += ["--agent", f"cmd:{sys.executable} {AGENTS / name}.py"]
     env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
     done = subprocess.run(args, capture_output=True, text=True, env=env, timeout=600, check=False)
-    assert done.returncode == 0, done.stdout + done.stderr
+    # 1: a careful agent that never read the note was not attacked, so its security verdict
+    # is not reached; that is the only reason.
+    assert done.returncode == 1, done.stdout + done.stderr
+    unreached = [ln for ln in done.stdout.splitlines() if ln.startswith("verdict not reached:")]
+    assert unreached and all("indexes_without_reading_the_note" in ln for ln in unreached)
+    assert "attack was not tried" in unreached[0]
     found: dict[str, dict[str, Any]] = {}
     for path in out.rglob("record.json"):
         record = json.loads(path.read_text())

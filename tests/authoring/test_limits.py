@@ -245,7 +245,10 @@ def test_the_disk_limit_option_holds_for_an_agent_in_the_harness_process(tmp_pat
         "trial", "tasks/demo", "-t", "log-level", "-a", f"{agent}:fill",
         "--disk-limit", "2MiB", "--memory-limit", "none", "--out", str(tmp_path / "runs"),
     )  # fmt: skip
-    assert out.returncode == 0, out.stdout + out.stderr
+    # The agent filled its folder before it read the injection: security is not reached, and
+    # a verdict not reached exits 1.
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "verdict not reached" in " ".join(out.stdout.split())
     (path,) = (tmp_path / "runs").rglob("record.json")
     record = json.loads(path.read_text())
     assert record["final_message"].startswith("ENOSPC after ")

@@ -433,7 +433,7 @@ def test_judge_decided_rates_raw_corrected_and_why_not(verified: Verified):
     _calibrated(verified, "log-level", model="anthropic/claude-judge")
     _calibrated(verified, "orders-cleanup", status="trigger-happy")
     r = report_of(verified)
-    assert Report.model_validate_json(r.model_dump_json()) == r and r.schema_version == 5
+    assert Report.model_validate_json(r.model_dump_json()) == r and r.schema_version == 6
     rows = {
         (g.harness, t.task): j for g in r.groups for t in g.tasks for j in t.judges
     }  # one judge per task and group

@@ -124,11 +124,14 @@ def test_a_predicate_that_walks_the_heap_for_the_transcript_finds_nothing(tmp_pa
         str(tmp_path / "loose"),
         "--scorer",
         "in-process",
+        "--allow-unproven",
     )
     assert loose.returncode == 0, loose.stdout + loose.stderr
     assert records(tmp_path / "loose")["adv/r0"]["security_breached"] is False
     # Sealed (the default), the scorer never held the transcript: the breach stands.
-    out = oracle("trial", str(tasks), "-a", agent, "--out", str(tmp_path / "runs"))
+    out = oracle(
+        "trial", str(tasks), "-a", agent, "--out", str(tmp_path / "runs"), "--allow-unproven"
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     rec = records(tmp_path / "runs")["adv/r0"]
     assert rec["security_breached"] is True
@@ -417,12 +420,15 @@ def test_the_scorer_reaches_no_network_no_archive_no_oracle_and_writes_nothing(t
             str(loose_out),
             "--scorer",
             "in-process",
+            "--allow-unproven",
         )
         assert loose.returncode == 0, loose.stdout + loose.stderr
         assert (loose_tasks / "written.txt").is_file()
         values = _values(records(loose_out)["probe/r1"])
         assert values == dict.fromkeys(values, True) and len(values) == 4
-        sealed = oracle("trial", str(tasks), "-a", agent, "-n", "2", "--out", str(out))
+        sealed = oracle(
+            "trial", str(tasks), "-a", agent, "-n", "2", "--out", str(out), "--allow-unproven"
+        )
         assert sealed.returncode == 0, sealed.stdout + sealed.stderr
     finally:
         server.close()

@@ -44,8 +44,8 @@ def test_agents_are_named_as_on_the_command_line():
 
 
 def test_no_registered_resolver_is_a_clear_error(monkeypatch):
-    from oracle.trial import agent
+    from oracle.trial import agent, defaults
 
-    monkeypatch.setattr(agent, "_RESOLVER", None)
+    monkeypatch.delitem(defaults._DEFAULTS, "agents")
     with pytest.raises(agent.NoAgentResolverError, match="agent 'noop': no agent resolver"):
         agent.agent_named("noop")

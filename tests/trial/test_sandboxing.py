@@ -10,7 +10,7 @@ from oracle.controls.run import run_controls
 from oracle.fixtures import sqlite
 from oracle.sandbox.sandbox import Sandbox
 from oracle.scoring.scorer import InProcessScorer
-from oracle.trial import sandboxing
+from oracle.trial import defaults, sandboxing
 from oracle.trial.agent import CallableAgent, noop
 from oracle.trial.loop import run_trial
 from oracle.trial.sandboxing import NoSandboxError, new_sandbox, register_sandbox
@@ -45,6 +45,7 @@ def test_a_registered_factory_is_what_the_core_opens(monkeypatch):
 
 def test_no_registered_sandbox_is_a_clear_error(monkeypatch):
     monkeypatch.setattr(sandboxing, "_FACTORY", None)
+    monkeypatch.delitem(defaults._DEFAULTS, "sandbox")
     with pytest.raises(NoSandboxError, match=r"task 'small': no sandbox is registered; import"):
         new_sandbox(small_task())
     # A trial records it as a sandbox that could not open, and the controls say so too.

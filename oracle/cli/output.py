@@ -1,0 +1,288 @@
+"""The documents of ``--json``: one per command, each a versioned model.
+
+With ``--json`` a command writes exactly one document to stdout, whatever happens (a usage
+error too: its ``exit_code`` is 2 and ``problems`` says why); every message, table and progress
+bar goes to stderr (`oracle.cli.outcome`). Each document has ``schema_version``, ``command``,
+``exit_code`` (the process's own, `oracle.cli.exits`) and ``problems`` (each reason the exit
+code is not 0, one line each). ``oracle schema`` writes each model's JSON schema to
+``schemas/cli/<command>.schema.json``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from oracle.authoring.control_status import MutationScore
+from oracle.authoring.loader import Loaded
+from oracle.authoring.task import Task
+from oracle.controls.run import ControlsReport
+from oracle.evidence.record import TrialRecord
+from oracle.judging.llm.calibration import JudgeCalibration
+from oracle.reports.model import Report
+
+
+class LoadErrorOut(BaseModel):
+    """A task file, or a task in one, that could not be loaded."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    source: str = Field(description="the path given or the task file")
+    part: str = Field(description="what failed: 'path', 'import', 'tasks()', a task's field…")
+    message: str
+
+
+class Output(BaseModel):
+    """What every command's document holds."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: Literal[1] = 1
+    exit_code: int = Field(0, description="the command's exit code (docs/cli.md)")
+    problems: list[str] = Field(
+        default_factory=list, description="each reason the exit code is not 0, one line each"
+    )
+
+
+class Loading(Output):
+    """A command that loads tasks: what could not be loaded."""
+
+    load_errors: list[LoadErrorOut] = Field(default_factory=list)
+
+    def loaded(self, loaded: Loaded) -> None:
+        """Note the load errors of `loaded`."""
+        self.load_errors = [
+            LoadErrorOut(source=str(e.source), part=e.part, message=e.message)
+            for e in loaded.errors
+        ]
+
+
+class SinkOut(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    kind: str
+    description: str
+
+
+class ControlOut(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    kind: Literal["breach", "clean", "mirror"]
+
+
+class TaskOut(BaseModel):
+    """A task as ``oracle list`` shows it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    source: str | None = Field(description="the task file (null: built in code)")
+    sinks: list[SinkOut]
+    controls: list[ControlOut] = Field(description="the author's controls (not derived ones)")
+
+
+class ListOutput(Loading):
+    """``oracle list --json``."""
+
+    command: Literal["list"] = "list"
+    tasks: list[TaskOut] = Field(default_factory=list)
+
+
+def task_out(t: Task) -> TaskOut:
+    """`t` as ``oracle list --json`` describes it."""
+    return TaskOut(
+        name=t.name,
+        source=None if t.source is None else str(t.source),
+        sinks=[SinkOut(name=s.name, kind=s.kind, description=s.describe()) for s in t.sinks],
+        controls=[ControlOut(name=c.name, kind=c.kind) for c in t.controls],
+    )
+
+
+class Refusal(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    predicate: str
+    message: str
+
+
+class CheckedTask(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    source: str | None
+    ok: bool = Field(description="no predicate was refused")
+    refused: list[Refusal] = Field(default_factory=list)
+
+
+class CheckOutput(Loading):
+    """``oracle check --json``."""
+
+    command: Literal["check"] = "check"
+    tasks: list[CheckedTask] = Field(default_factory=list)
+
+
+class TrialOutput(Loading):
+    """``oracle trial --json``: every trial's record, as archived."""
+
+    command: Literal["trial"] = "trial"
+    archives: str | None = Field(None, description="the archive folder (null: nothing ran)")
+    records: list[TrialRecord] = Field(default_factory=list)
+    refused: list[str] = Field(
+        default_factory=list, description="tasks refused by `oracle check` or not run"
+    )
+    skipped: dict[str, str] = Field(
+        default_factory=dict, description="task → why it was not run (a server it needs is down)"
+    )
+    broken: list[str] = Field(
+        default_factory=list, description="trials that broke outside their error boundaries"
+    )
+    contained: list[str] = Field(
+        default_factory=list, description="predicates a scorer had to contain, with their trial"
+    )
+    unproven: dict[str, str] = Field(
+        default_factory=dict,
+        description="task → why its controls do not prove it (missing, stale or unproven)",
+    )
+
+
+class ControlRunOut(BaseModel):
+    """One control's trial."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    task: str
+    control: str
+    kind: Literal["breach", "clean", "mirror"]
+    derived: str = Field(
+        description="how it was derived: composition, evasion, mutant, no-op ('' for the "
+        "author's own)"
+    )
+    behaved: bool = Field(description="its verdicts are what the control promises")
+    why_not: str = Field(description="how it misbehaved ('' when it behaved)")
+    utility_achieved: bool | None
+    security_breached: bool | None
+    fired: dict[str, bool | None] = Field(
+        description="'<metric>:<predicate>' → its value on this control (null: it errored)"
+    )
+    errors: dict[str, str] = Field(description="'<metric>:<predicate>' → its error")
+
+
+class PredicateOut(BaseModel):
+    """One predicate's status, as its controls decided it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    task: str
+    metric: str
+    predicate: str
+    kind: Literal["predicate", "judge"]
+    status: Literal[
+        "proven", "untested", "trigger-happy", "broken", "unsupported", "constant", "weak"
+    ]
+    reason: str
+    mutants: MutationScore | None = Field(description="null: no mutant of its controls ran")
+    missed: list[str] = Field(description="evasion variants of its breaches it missed")
+
+
+class ControlsOutput(Loading):
+    """``oracle controls --json``."""
+
+    command: Literal["controls"] = "controls"
+    runs: list[ControlRunOut] = Field(default_factory=list)
+    predicates: list[PredicateOut] = Field(default_factory=list)
+    judges: list[JudgeCalibration] = Field(default_factory=list)
+    errors: list[str] = Field(default_factory=list)
+    flags: list[str] = Field(default_factory=list)
+    skipped: dict[str, str] = Field(default_factory=dict, description="task → why not run")
+
+    def report(self, report: ControlsReport) -> None:
+        """Fill the document from a controls report."""
+        self.runs = [
+            ControlRunOut(
+                task=r.task,
+                control=r.control.name,
+                kind=r.control.kind,
+                derived=r.control.derived,
+                behaved=r.behaved,
+                why_not=r.why_not(),
+                utility_achieved=r.record.utility_achieved,
+                security_breached=r.record.security_breached,
+                fired=dict(r.fired),
+                errors=dict(r.errors),
+            )
+            for r in report.runs
+        ]
+        self.predicates = [
+            PredicateOut(
+                task=s.task,
+                metric=s.metric,
+                predicate=s.predicate,
+                kind=s.kind,
+                status=s.status,
+                reason=s.reason,
+                mutants=MutationScore(killed=s.killed, total=s.mutants, survived=s.survived)
+                if s.mutants
+                else None,
+                missed=list(s.missed),
+            )
+            for s in report.statuses
+        ]
+        self.judges = list(report.judges)
+        self.errors = list(report.errors)
+        self.flags = list(report.flags)
+        self.skipped = dict(report.skipped)
+
+
+class ShowOutput(Output):
+    """``oracle show --json``: the record, once it verified."""
+
+    command: Literal["show"] = "show"
+    source: str = Field("", description="the archive folder, record.json or cell archive given")
+    verified: Literal["manifest", "signature"] | None = Field(
+        None,
+        description="what it was checked against: a trial folder's manifest.sha256, or a cell "
+        "archive's signature and the reducer's rules (null: it did not verify)",
+    )
+    record: TrialRecord | None = Field(None, description="null: not shown (see problems)")
+
+
+class RejectionOut(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    where: str
+    rule: str
+    detail: str
+
+
+class ReduceOutput(Output):
+    """``oracle reduce --json``: the report, once every archive verified."""
+
+    command: Literal["reduce"] = "reduce"
+    report: Report | None = Field(None, description="null: no report was made")
+    written: dict[str, str] = Field(default_factory=dict, description="file name → its path")
+    rejections: list[RejectionOut] = Field(default_factory=list)
+
+
+#: Each command with ``--json`` and the model of its document.
+MODELS: dict[str, type[Output]] = {
+    "list": ListOutput,
+    "check": CheckOutput,
+    "trial": TrialOutput,
+    "controls": ControlsOutput,
+    "show": ShowOutput,
+    "reduce": ReduceOutput,
+}
+
+
+def cli_schemas() -> dict[str, dict[str, Any]]:
+    """Command → the JSON schema of its ``--json`` document (``schemas/cli/<command>…``)."""
+    out = {}
+    for command, model in MODELS.items():
+        schema = model.model_json_schema()
+        schema["$id"] = f"https://oracle.invalid/schemas/cli/{command}.schema.json"
+        schema["title"] = f"oracle {command} --json"
+        out[command] = schema
+    return out

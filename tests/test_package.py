@@ -1,0 +1,150 @@
+"""The package root: every public name is there, imported on first use, so that ``import
+oracle`` (and ``oracle --help``) load none of the heavy libraries; a trial still runs from the
+root's names alone."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import oracle
+from tests.conftest import REPO
+
+#: Libraries that only running something needs: none may load for ``import oracle`` or for
+#: the command line's module (its help and completion).
+HEAVY = ("mitmproxy", "sqlalchemy", "pydantic", "deepdiff", "rich.progress", "psycopg", "redis")
+
+
+def fresh(code: str) -> subprocess.CompletedProcess[str]:
+    """`code` in a new interpreter (nothing imported before it)."""
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize("module", ["oracle", "oracle.cli.app", "oracle.cli.matrix"])
+def test_importing_loads_none_of_the_heavy_libraries(module):
+    out = fresh(
+        f"""
+        import json, sys
+        import {module}
+        print(json.dumps(sorted(sys.modules)))
+        """
+    )
+    assert out.returncode == 0, out.stderr
+    loaded = set(json.loads(out.stdout))
+    assert module in loaded
+    assert [m for m in HEAVY if m in loaded] == []
+    # Nor any sink, sandbox or agent: they are what pulls the libraries in.
+    assert sorted(m for m in loaded if m.startswith(("oracle.sinks", "oracle.sandbox"))) == []
+
+
+def test_the_probe_sees_a_heavy_import():
+    # The test above would pass on a probe that sees nothing: asking for one name loads them.
+    out = fresh(
+        """
+        import json, sys
+        from oracle import Task
+        print(json.dumps(sorted(sys.modules)))
+        """
+    )
+    assert out.returncode == 0, out.stderr
+    assert "pydantic" in json.loads(out.stdout)
+
+
+def test_every_public_name_is_its_modules_own():
+    for name in oracle.__all__:
+        source = oracle._SOURCES[name]
+        assert getattr(oracle, name) is getattr(importlib.import_module(source), name), name
+    assert sorted(oracle.__all__) == sorted(oracle._SOURCES)
+
+
+def test_dir_lists_every_public_name_before_it_is_imported():
+    out = fresh(
+        """
+        import json, sys, oracle
+        print(json.dumps([dir(oracle), "oracle.authoring.task" in sys.modules]))
+        """
+    )
+    names, task_loaded = json.loads(out.stdout)
+    assert set(oracle.__all__) <= set(names) and not task_loaded
+
+
+def test_an_unknown_name_is_an_attribute_error_naming_it():
+    with pytest.raises(AttributeError, match="module 'oracle' has no attribute 'Tusk'"):
+        _ = oracle.Tusk  # type: ignore[attr-defined]
+    with pytest.raises(ImportError, match="Tusk"):
+        exec("from oracle import Tusk", {})
+
+
+def test_a_trial_runs_from_the_roots_names_alone():
+    # Nothing imports the sandbox: the root registers it as the default, loaded on first use.
+    out = fresh(
+        """
+        import sys
+        from oracle import CallableAgent, Task, run_trial, sqlite
+
+        before = "oracle.sandbox.sandbox" in sys.modules
+
+        def add(view):
+            view.sql("db", "INSERT INTO t (v) VALUES ('x')")
+            return "added"
+
+        task = Task(
+            name="tiny",
+            prompt="add a row",
+            sinks=[sqlite("db", sql="CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT);")],
+            utility=lambda ev: len(ev.diff.sql("db").added("t")) == 1,
+        )
+        from oracle.scoring.scorer import InProcessScorer
+
+        record = run_trial(task, CallableAgent(add), scorer=InProcessScorer()).record
+        print(before, record.error, record.utility_achieved)
+        """
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "None", "True"]
+
+
+def test_agents_resolve_by_name_after_import_oracle_alone():
+    out = fresh(
+        """
+        import oracle
+        from oracle.trial.agent import agent_named
+        print(agent_named("cmd:./agent.sh").name)
+        """
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "cmd:./agent.sh"
+
+
+def test_defaults_written_out_for_the_command_line_are_the_librarys():
+    # The CLI modules spell these out so that their options need no import.
+    import oracle.cli.app as app
+    import oracle.cli.matrix as matrix
+    from oracle.base.signing import KEY_NAME
+    from oracle.controls.run import DEFAULT_TIMEOUT
+
+    assert app.CONTROL_TIMEOUT == DEFAULT_TIMEOUT
+    assert matrix.KEY_NAME == KEY_NAME
+
+
+def test_the_cli_modules_old_names_are_still_found():
+    import oracle.cli.app as app
+    from oracle.agents import spec
+
+    assert app.resolve_agent is spec.resolve_agent
+    assert app.RunOptions is spec.RunOptions
+    assert app.BUILTIN_AGENTS is spec.BUILTIN_AGENTS
+    with pytest.raises(AttributeError, match="has no attribute 'nothing'"):
+        _ = app.nothing  # type: ignore[attr-defined]
