@@ -3,6 +3,8 @@ and their records folded into the trial's run record."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -40,12 +42,20 @@ def test_a_missing_program_is_an_ordinary_failure(box):
 
 
 def test_a_folder_named_hidden_is_an_empty_watched_decoy(box):
-    secret = Path(__file__).resolve().parent  # outside /tmp, which is private anyway
-    hidden = [secret, Path(tempfile.gettempdir())]  # the second holds the agent folder
-    done = run_in_sandbox(box.view, ["ls", "-A", str(secret)], hidden=hidden)
-    assert done.exit_code == 0 and done.stdout == b""
-    assert done.run.invocation.hidden_opened == [str(secret)]
-    assert tempfile.gettempdir() not in done.run.invocation.hidden  # left out, not hidden
+    # A folder the sandbox would show (under /opt, a system folder it binds read-only), not
+    # the checkout's: a clone under /tmp is not in the sandbox at all (its /tmp is private).
+    if not os.access("/opt", os.W_OK):
+        pytest.skip("needs a writable /opt for a folder the sandbox would otherwise show")
+    secret = Path(tempfile.mkdtemp(prefix="oracle-hidden-", dir="/opt"))
+    try:
+        (secret / "note.txt").write_text("not for the agent")
+        hidden = [secret, Path(tempfile.gettempdir())]  # the second holds the agent folder
+        done = run_in_sandbox(box.view, ["ls", "-A", str(secret)], hidden=hidden)
+        assert done.exit_code == 0 and done.stdout == b""
+        assert done.run.invocation.hidden_opened == [str(secret)]
+        assert tempfile.gettempdir() not in done.run.invocation.hidden  # left out, not hidden
+    finally:
+        shutil.rmtree(secret)
 
 
 def test_merged_commands_are_steps_in_start_order_and_never_the_agent_step(box):
