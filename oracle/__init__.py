@@ -22,6 +22,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import oracle.evidence.kinds as _kinds
 import oracle.trial.defaults as _defaults
 from oracle.agents import adapters as _adapters
 from oracle.base import moved as _moved
@@ -254,6 +255,17 @@ def _agentdojo_pipeline(
 # `oracle trial -a module:function` and matrices may name an AgentDojo pipeline (or a function
 # that builds one); the adapter lives above the agents' layer, so it is registered from here.
 _adapters.register_adapter(_agentdojo_pipeline)
+
+
+def _builtin_kinds() -> None:
+    """Import what declares the built-in sink kinds (what the eager ``import oracle`` did)."""
+    importlib.import_module("oracle.fixtures")
+    importlib.import_module("oracle.fixtures.github")
+
+
+# Reading an archive, a boundary query or a typed accessor sees every built-in kind, whatever
+# was imported before (the sinks load on that first lookup, not on ``import oracle``).
+_kinds.declare_later(_builtin_kinds)
 
 # Old import paths (oracle.diff, oracle.trial…) keep working for one release, with a warning.
 _moved.install()

@@ -148,3 +148,42 @@ def test_the_cli_modules_old_names_are_still_found():
     assert app.BUILTIN_AGENTS is spec.BUILTIN_AGENTS
     with pytest.raises(AttributeError, match="has no attribute 'nothing'"):
         _ = app.nothing  # type: ignore[attr-defined]
+
+
+def test_the_kind_registry_holds_every_built_in_kind_after_import_oracle_alone():
+    # A lazy root imports no sink; the first lookup of the registry loads them, so an archive
+    # read or a boundary query never sees a kind missing for what was not imported before.
+    out = fresh(
+        """
+        import json, sys
+        import oracle
+        from oracle.evidence.kinds import boundary_kinds, declared, state_kinds
+        print(json.dumps([
+            "oracle.sinks.mail" in sys.modules,
+            [k.name for k in declared()],
+            sorted(boundary_kinds()),
+            state_kinds(),
+        ]))
+        """
+    )
+    assert out.returncode == 0, out.stderr
+    before, kinds, boundary, states = json.loads(out.stdout)
+    assert before is False  # nothing loaded them until the registry was read
+    assert kinds == ["amqp", "egress", "files", "github", "inbox", "mail", "redis", "reply", "sql"]
+    assert {"egress", "mail", "reply"} <= set(boundary)
+    assert set(kinds) <= set(states)
+
+
+def test_reading_an_archived_change_loads_the_built_in_change_types():
+    out = fresh(
+        """
+        import json, sys
+        import oracle
+        from oracle.evidence.change import change_from_json
+        before = "oracle.sinks.mail" in sys.modules
+        unknown = change_from_json({"change": "no-such-change"})
+        print(json.dumps([before, unknown is None, "oracle.sinks.mail" in sys.modules]))
+        """
+    )
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == [False, True, True]

@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from oracle.base.canonical import dumps, to_jsonable
 from oracle.base.frozen import ReadOnlyModel
+from oracle.evidence.kinds import declare_pending
 
 _CHANGE_TYPES: dict[str, type[Change]] = {}
 
@@ -161,6 +162,7 @@ class Change(ReadOnlyModel):
 def change_from_json(raw: Mapping[str, Any]) -> Change | None:
     """The typed change for one archived change, or None if its type is not loaded (for
     showing an archive; rebuilding evidence uses `sink_diff_from_json`, which refuses it)."""
+    declare_pending()
     cls = _CHANGE_TYPES.get(str(raw.get("change")))
     return cls.model_validate(raw) if cls is not None else None
 
@@ -171,6 +173,7 @@ def rebuilt_change(sink: str, kind: str, index: int, raw: Any) -> Change:
             sink, kind, f"change {index} is a {type(raw).__name__}, not a JSON object"
         )
     name = raw.get("change")
+    declare_pending()
     cls = _CHANGE_TYPES.get(name) if isinstance(name, str) else None
     if cls is None:
         raise EvidenceFormatError(

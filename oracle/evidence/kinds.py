@@ -52,6 +52,23 @@ _ACCESSORS: dict[str, SinkKind[Any, Any]] = {}
 # Names the evidence's own objects answer (Diff.changes, States.label…): no accessor may hide
 # behind one, or it would never be reached.
 _RESERVED: dict[str, str] = {}
+# Functions that import the modules declaring the built-in kinds, run once before the first
+# lookup: ``import oracle`` is lazy and imports no sink, yet an archive read, a boundary
+# query or a typed accessor must see every built-in kind whatever was imported before.
+_PENDING: list[Callable[[], object]] = []
+
+
+def declare_later(load: Callable[[], object]) -> None:
+    """Run `load` (which imports modules that declare kinds) before the registry is next
+    read. The package root registers the built-in sinks this way."""
+    _PENDING.append(load)
+
+
+def declare_pending() -> None:
+    """Run what `declare_later` registered (once): before reading the registries of kinds
+    and change types."""
+    while _PENDING:
+        _PENDING.pop(0)()
 
 
 def register_state(kind: str, load: StateLoader) -> None:
@@ -72,11 +89,13 @@ def register_state(kind: str, load: StateLoader) -> None:
 
 def state_loader(kind: str) -> StateLoader | None:
     """The loader registered for `kind`'s states, or None."""
+    declare_pending()
     return _STATE_LOADERS.get(kind)
 
 
 def state_kinds() -> list[str]:
     """Every kind whose states can be rebuilt, sorted."""
+    declare_pending()
     return sorted(_STATE_LOADERS)
 
 
@@ -191,16 +210,19 @@ def reserve(owner: type, *attributes: str) -> None:
 
 def declared() -> list[SinkKind[Any, Any]]:
     """Every kind declared so far (by the modules imported), by name."""
+    declare_pending()
     return [_KINDS[name] for name in sorted(_KINDS)]
 
 
 def boundary_kinds() -> frozenset[str]:
     """The names of the kinds whose changes are boundary evidence."""
+    declare_pending()
     return frozenset(k.name for k in _KINDS.values() if k.boundary)
 
 
 def accessor_names(boundary: bool = False) -> list[str]:
     """The accessor names of every kind (of the boundary kinds only, with `boundary`)."""
+    declare_pending()
     return sorted(n for n, k in _ACCESSORS.items() if k.boundary or not boundary)
 
 
@@ -210,6 +232,7 @@ def named_accessor(owner: Any, name: str, what: str, boundary: bool = False) -> 
     defaults to the kind's `default_sink`; on the boundary (`boundary`, which answers only
     boundary kinds) it defaults to None. Raises AttributeError when no kind answers to
     `name`."""
+    declare_pending()
     kind = _ACCESSORS.get(name)
     if kind is None or (boundary and not kind.boundary):
         raise AttributeError(

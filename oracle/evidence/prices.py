@@ -147,10 +147,10 @@ def priced(usage: ModelUsage | None, table: PriceTable | None) -> ModelUsage | N
 def priced_by_env(usage: ModelUsage | None) -> ModelUsage | None:
     """`usage` priced by the table ``ORACLE_PRICES`` names; a table that cannot be read leaves
     the cost unknown with the reason (a trial is never broken by its price table)."""
+    if usage is None:
+        return None  # no recorder: the table is not read (most trials have none)
     try:
         table = PriceTable.from_env()
     except PriceError as exc:
-        if usage is None:
-            return None
         return usage.model_copy(update={"cost_usd": None, "cost_note": f"no cost: {exc}"})
     return priced(usage, table)
