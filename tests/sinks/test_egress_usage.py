@@ -157,19 +157,23 @@ def test_encoded_answers_are_read_decoded(api, sandbox, coding):
         client = openai.OpenAI(
             base_url=f"{api.url}/v1", api_key="sk-test", http_client=proxied(view), max_retries=0
         )
-        out = client.responses.create(model="gpt-resp", input="hi")
         streamed = client.chat.completions.create(
             model="gpt-resp",
             messages=[{"role": "user", "content": "hi"}],
             stream=True,
             stream_options={"include_usage": True},
         )
-        return out.output_text + str(len(list(streamed)))
+        chunks = len(list(streamed))
+        # The stream's last bytes reach the recorder a moment after the client has its last
+        # event; a call after it keeps the trial from ending inside that moment (the after-
+        # snapshot waits only so long for a request in flight, and then records it unknown).
+        out = client.responses.create(model="gpt-resp", input="hi")
+        return out.output_text + str(chunks)
 
     usage = trial(sandbox, agent)
     assert [(c.api, c.streamed, c.model, c.input_tokens, c.output_tokens) for c in usage.calls] == [
-        ("responses", False, "gpt-resp-1", 11, 7),
         ("chat.completions", True, "gpt-resp-1", 11, 7),
+        ("responses", False, "gpt-resp-1", 11, 7),
     ]
 
 
