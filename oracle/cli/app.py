@@ -310,13 +310,14 @@ def run_trials(
     """Every trial's record; a trial that fails outside its own error boundaries is named in
     `broken` (and printed) and the others still run."""
     from oracle.cli.render import console, plain
+    from oracle.evidence.archive import deferred_sync
     from oracle.evidence.record import Cell
     from oracle.trial.loop import run_trial
 
     records = []
     broken = [] if broken is None else broken
     total = len(tasks) * len(agents) * repetitions
-    with _progress() as progress:
+    with deferred_sync(), _progress() as progress:
         bar = progress.add_task("trials", total=total)
         for task in tasks:
             for agent in agents:
@@ -354,9 +355,10 @@ def run_all_controls(
     scorer: Scorer | None = None,
 ) -> ControlsReport:
     from oracle.controls.run import ControlsReport, controls_of, prove
+    from oracle.evidence.archive import deferred_sync
 
     report = ControlsReport()
-    with _progress() as progress:
+    with deferred_sync(), _progress() as progress:
         bar = progress.add_task("controls", total=sum(len(controls_of(t)) for t in tasks))
         for task in tasks:
             progress.update(bar, description=f"controls of {task.name}")

@@ -12,6 +12,12 @@ Layout::
 
 Everything is written into a temporary sibling folder, each file fsync-ed, then the folder is
 renamed into place: a reader sees a whole archive or none.
+
+Inside `deferred_sync()` (what the CLI wraps around a run of trials) the fsyncs of an archive
+happen on a background thread while the next trial runs, and leaving the block waits for all of
+them: when the command returns, every archive is on disk as before. An archive cut short by a
+power loss in between is still renamed whole, and its files then fail the manifest's digests
+(`verify_archive`): it never reads as another result.
 """
 
 from __future__ import annotations
@@ -21,8 +27,11 @@ import hashlib
 import os
 import shutil
 import tempfile
+import threading
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 from oracle.base.canonical import dumps_pretty
@@ -38,12 +47,21 @@ class ArchiveError(RuntimeError):
     """An archive could not be written or does not verify. Names the folder and the file."""
 
 
-def _write(path: Path, data: bytes) -> None:
+def _write(path: Path, data: bytes, sync: bool = True) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "wb") as f:
         f.write(data)
         f.flush()
-        os.fsync(f.fileno())
+        if sync:
+            os.fsync(f.fileno())
+
+
+def _fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _fsync_dir(path: Path) -> None:
@@ -96,24 +114,85 @@ class ArchiveExistsWarning(UserWarning):
     """An archive was written under another name because its folder held one already."""
 
 
-def _staged(folder: Path, files: Mapping[str, bytes]) -> Path:
-    """`files` and their manifest, written and fsync-ed into a temporary sibling of `folder`."""
+def _folders_deepest_first(root: Path, rels: list[str]) -> list[Path]:
+    """`root` and every folder between it and the files `rels`, the deepest first."""
+    folders = {root}
+    for rel in rels:
+        parts = Path(rel).parts[:-1]
+        folders.update(root.joinpath(*parts[:n]) for n in range(1, len(parts) + 1))
+    return sorted(folders, key=lambda p: len(p.parts), reverse=True)
+
+
+def _staged(folder: Path, files: Mapping[str, bytes], sync: bool = True) -> Path:
+    """`files` and their manifest, written (and fsync-ed, with `sync`) into a temporary
+    sibling of `folder`."""
     if MANIFEST in files:
         raise ArchiveError(f"{folder}: {MANIFEST} is written by the archive itself")
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=".tmp", dir=folder.parent))
     try:
-        for rel, data in files.items():
-            _write(tmp / check_relative(rel, "archive path"), data)
-        _write(tmp / MANIFEST, manifest_lines(files))
-        for d in sorted(
-            {p.parent for p in tmp.rglob("*")}, key=lambda p: len(p.parts), reverse=True
-        ):
-            _fsync_dir(d)
+        rels = [check_relative(rel, "archive path") for rel in files]
+        for rel, data in zip(rels, files.values(), strict=True):
+            _write(tmp / rel, data, sync)
+        _write(tmp / MANIFEST, manifest_lines(files), sync)
+        if sync:
+            for d in _folders_deepest_first(tmp, rels):
+                _fsync_dir(d)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return tmp
+
+
+class _Syncs:
+    """The archives whose fsyncs run in the background, inside `deferred_sync`."""
+
+    def __init__(self) -> None:
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="oracle-archive-sync")
+        self.pending: list[tuple[Path, Future[None]]] = []
+
+    def add(self, folder: Path, rels: list[str]) -> None:
+        self.pending.append((folder, self.pool.submit(_sync_archive, folder, rels)))
+
+    def wait(self) -> list[str]:
+        self.pool.shutdown(wait=True)
+        return [f"{folder}: {fut.exception()}" for folder, fut in self.pending if fut.exception()]
+
+
+def _sync_archive(folder: Path, rels: list[str]) -> None:
+    for rel in [*rels, MANIFEST]:
+        _fsync_file(folder / rel)
+    for d in _folders_deepest_first(folder, rels):
+        _fsync_dir(d)
+    _fsync_dir(folder.parent)
+
+
+_deferred: _Syncs | None = None
+_deferred_lock = threading.Lock()
+
+
+@contextmanager
+def deferred_sync() -> Iterator[None]:
+    """Archives written by `write_new_archive` in this block are fsync-ed on a background
+    thread; leaving the block waits for every one, and raises `ArchiveError` naming those that
+    could not be made durable. Blocks nest (the outermost one waits)."""
+    global _deferred
+    with _deferred_lock:
+        nested = _deferred is not None
+        if not nested:
+            _deferred = _Syncs()
+    if nested:
+        yield
+        return
+    try:
+        yield
+    finally:
+        with _deferred_lock:
+            syncs, _deferred = _deferred, None
+        assert syncs is not None
+        failed = syncs.wait()
+    if failed:
+        raise ArchiveError("archives not made durable: " + "; ".join(failed))
 
 
 def write_new_archive(folder: Path, files: Mapping[str, bytes]) -> Path:
@@ -121,8 +200,9 @@ def write_new_archive(folder: Path, files: Mapping[str, bytes]) -> Path:
     `folder`, or, when `folder` holds an archive already, at the first free ``<folder>.2``,
     ``<folder>.3``… with an `ArchiveExistsWarning` saying so. Never replaces an archive, also
     when two processes write the same folder at once (a folder is renamed into place, which
-    fails on a folder that is not empty)."""
-    tmp = _staged(folder, files)
+    fails on a folder that is not empty). Inside `deferred_sync` the fsyncs come later."""
+    syncs = _deferred
+    tmp = _staged(folder, files, sync=syncs is None)
     try:
         target, n = folder, 1
         while True:
@@ -134,7 +214,10 @@ def write_new_archive(folder: Path, files: Mapping[str, bytes]) -> Path:
                     raise
             n += 1
             target = folder.with_name(f"{folder.name}.{n}")
-        _fsync_dir(folder.parent)
+        if syncs is None:
+            _fsync_dir(folder.parent)
+        else:
+            syncs.add(target, [check_relative(rel, "archive path") for rel in files])
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -139,7 +139,7 @@ def run_trial(
     ) as session:
         if not session.begin():  # 1. reset, 2. boundary, 3. snapshot before
             return session.finish()
-        run, error = _run_agent(agent, session.sandbox, out)  # 4. run
+        run, error = _run_agent(agent, session.sandbox, session.private)  # 4. run
         return session.finish(run, error=error)  # 5. snapshot after … 8. archive
     raise AssertionError("unreachable")  # pragma: no cover - the with-block always returns
 
@@ -185,6 +185,7 @@ class TrialSession:
         self._stack = ExitStack()
         self._probe: ReachProbe | None = None
         self._began = False
+        self._private: list[Path] | None = None
         self.result: TrialResult | None = None
         self.trial = _Trial(task, cell, time.time(), controls or controls_status(task))
 
@@ -222,7 +223,14 @@ class TrialSession:
 
     def view(self) -> SandboxView:
         """What the agent gets: the prompt and the endpoints."""
-        return self.sandbox.view(private=private_folders(self.out) if self.out else [])
+        return self.sandbox.view(private=self.private)
+
+    @property
+    def private(self) -> list[Path]:
+        """The archive folders the agent and the scorer must not see (read once a trial)."""
+        if self._private is None:
+            self._private = private_folders(self.out) if self.out else []
+        return self._private
 
     def begin(self) -> bool:
         """Steps 1–3: reset, boundary, snapshot before (and arm the injection reach probe).
@@ -285,7 +293,7 @@ class TrialSession:
         if self._scorer is None:
             from oracle.scoring.pool import SealedScorer
 
-            self._scorer = SealedScorer(hidden=private_folders(self.out) if self.out else ())
+            self._scorer = SealedScorer(hidden=self.private)
         return self._scorer
 
     def _done(self, result: TrialResult) -> TrialResult:
@@ -302,9 +310,9 @@ def _observe(sb: Sandbox) -> _Observation:
     return _Observation(snaps, errors)
 
 
-def _run_agent(agent: Agent, sb: Sandbox, out: Path | None) -> tuple[RunRecord, str | None]:
+def _run_agent(agent: Agent, sb: Sandbox, private: Sequence[Path]) -> tuple[RunRecord, str | None]:
     try:
-        return sb.run_agent(agent, sb.view(private=private_folders(out) if out else [])), None
+        return sb.run_agent(agent, sb.view(private=private)), None
     except AgentError as exc:
         return exc.run, str(exc)
     except Exception as exc:  # an adapter that broke its contract: still recorded, never lost
