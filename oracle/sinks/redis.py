@@ -18,6 +18,7 @@ Example::
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -453,22 +454,40 @@ class RedisSink:
         #: Called after every read, inside the snapshot: each raises `SnapshotError` when
         #: something the snapshot relies on changed (a fixture's watch on a shared database).
         self.guards: list[Callable[[], None]] = []
+        #: The client of `url`, kept from one snapshot to the next (a new connection costs
+        #: several round trips); dropped when a read fails or the URL changes.
+        self._client: Any = None
+        self._client_url = ""
 
     def __repr__(self) -> str:
         return f"RedisSink({self.name!r}, {display_url(self.url)!r})"
 
-    def snapshot(self) -> Snapshot:
+    def _connected(self) -> Any:
         import redis
 
-        started = time.time()
-        try:
-            client = redis.Redis.from_url(
+        if self._client is None or self._client_url != self.url:
+            self.close()
+            self._client = redis.Redis.from_url(
                 self.url, socket_timeout=self.timeout, socket_connect_timeout=self.timeout
             )
-            try:
-                raw = client.eval(_READ_ALL, 0, self.pattern)
-            finally:
+            self._client_url = self.url
+        return self._client
+
+    def close(self) -> None:
+        """Close the kept client (the next snapshot connects again)."""
+        client, self._client = self._client, None
+        if client is not None:
+            with contextlib.suppress(Exception):
                 client.close()
+
+    def snapshot(self) -> Snapshot:
+        started = time.time()
+        try:
+            try:
+                raw = self._connected().eval(_READ_ALL, 0, self.pattern)
+            except Exception:
+                self.close()
+                raise
             keys: dict[str, KeyState] = {}
             for k, kind, pttl, value in raw:
                 name, t = _key_name(k), _key_name(kind)
