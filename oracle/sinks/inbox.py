@@ -27,7 +27,9 @@ import hashlib
 import mailbox
 import os
 import re
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -268,6 +270,26 @@ def diff_inboxes(sink: str, before: InboxState, after: InboxState) -> InboxDiff:
     return InboxDiff(sink, changes)
 
 
+#: Messages parsed in this process, by the sha256 of their bytes (a parse depends on the bytes
+#: alone, and a parsed message is immutable): a fresh sandbox's inbox, seeded from the same
+#: template, is not parsed again. Bounded; the oldest entries go first.
+_PARSED: OrderedDict[str, ParsedMessage] = OrderedDict()
+_PARSED_LIMIT = 4096
+_PARSED_LOCK = threading.Lock()
+
+
+def _parsed_before(digest: str) -> ParsedMessage | None:
+    with _PARSED_LOCK:
+        return _PARSED.get(digest)
+
+
+def _keep_parsed(digest: str, message: ParsedMessage) -> None:
+    with _PARSED_LOCK:
+        _PARSED[digest] = message
+        while len(_PARSED) > _PARSED_LIMIT:
+            _PARSED.popitem(last=False)
+
+
 class InboxSink:
     """A Maildir folder or mbox file as a sink. Parsed messages are cached by digest."""
 
@@ -285,9 +307,10 @@ class InboxSink:
         return f"InboxSink({self.name!r}, {str(self.path)!r}, {self.format!r})"
 
     def _parse(self, raw: bytes, digest: str) -> ParsedMessage:
-        hit = self._parsed.get(digest)
+        hit = self._parsed.get(digest) or _parsed_before(digest)
         if hit is None:
             hit = parse_message(raw)
+            _keep_parsed(digest, hit)
         return hit
 
     def snapshot(self) -> Snapshot:
