@@ -16,12 +16,13 @@ FIND_PYTHON := for p in $(PYTHON_CANDIDATES); do \
 SYSTEM_TOOLS := bwrap:bubblewrap nft:nftables ip:iproute2 nsenter:util-linux sqlite3:sqlite3 \
 	curl:curl swaks:swaks chromium:chromium chromedriver:chromium-driver gh:gh git:git
 
-.PHONY: help venv system-deps trial test bench lint schema clean agentdojo-controls services engine
+.PHONY: help venv system-deps trial test bench bench-quick lint schema clean agentdojo-controls services engine
 
 help:
 	@echo "make trial   run the demo and GitHub suites with both demo agents and every control"
 	@echo "make test    run the test suite"
 	@echo "make bench   run the benchmarks, write benchmarks/results.json"
+	@echo "make bench-quick  each benchmark once at a reduced size (a regression check; results-quick.json)"
 	@echo "make lint    ruff and mypy"
 	@echo "make schema  re-export the JSON schemas into schemas/"
 	@echo "make agentdojo-controls  run the controls of every AgentDojo pair and compare with AgentDojo (about 13 minutes)"
@@ -66,6 +67,9 @@ test: $(STAMP) system-deps
 
 bench: $(STAMP) system-deps
 	$(BIN)/python benchmarks/run.py
+
+bench-quick: $(STAMP) system-deps
+	$(BIN)/python benchmarks/run.py --quick
 
 lint: $(STAMP)
 	$(BIN)/ruff check oracle tests benchmarks tasks

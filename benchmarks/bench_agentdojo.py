@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import cProfile
 
-from common import Result, Stopwatch, measure, profile_call, result, scratch
+from common import Result, Stopwatch, measure, profile_call, repeats_of, result, scratch
 
 NAME = "agentdojo workspace env: reset + 2 snapshots + diff"
 GOAL = "≥ 20× less than AgentDojo's reparse + DeepDiff per run"
-REPEATS = 15
+REPEATS = 9
 USER_TASK = "user_task_0"
 INJECTION_TASK = "injection_task_0"
 
@@ -75,7 +75,7 @@ def run(profiler: cProfile.Profile | None = None) -> Result:
             last["ours"] = d
 
         ours_once(Stopwatch())  # warm up
-        ours = measure(ours_once, REPEATS)
+        ours = measure(ours_once, repeats_of(REPEATS))
         size = (place.agent_dir / "agentdojo" / "env.json").stat().st_size
         d = last.pop("ours")
         assert len(d.added("inbox/emails/*")) == 1, d  # type: ignore[attr-defined]
@@ -99,7 +99,7 @@ def run(profiler: cProfile.Profile | None = None) -> Result:
             last["baseline"] = diff
 
         baseline_once(Stopwatch())
-        baseline = measure(baseline_once, REPEATS)
+        baseline = measure(baseline_once, repeats_of(REPEATS))
         diff = last.pop("baseline")
         assert diff, "DeepDiff saw no change"
 

@@ -16,7 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from common import REPO, Result, Stopwatch, Timing, result
+from common import REPO, Result, Stopwatch, Timing, repeats_of, result
 
 NAME = "oracle --help and import oracle, against a bare interpreter"
 GOAL = "oracle --help ≤ 0.3 s above python -c pass"
@@ -42,7 +42,8 @@ def run(profiler: cProfile.Profile | None = None) -> Result:
     )
     for argv, _ in commands:  # warm the page cache once
         _once(argv, Timing())
-    for _ in range(REPEATS):
+    repeats = repeats_of(REPEATS)
+    for _ in range(repeats):
         for argv, timing in commands:
             _once(argv, timing)
     added_help = help_.median - bare.median
@@ -57,7 +58,7 @@ def run(profiler: cProfile.Profile | None = None) -> Result:
             "oracle --help ≤ 0.3 s above python -c pass": added_help <= 0.3,
             "import oracle ≤ 0.3 s above python -c pass": added_import <= 0.3,
         },
-        params={"repeats": REPEATS},
+        params={"repeats": repeats},
         notes=(
             f"oracle --help adds {added_help * 1000:.0f} ms and import oracle "
             f"{added_import * 1000:.0f} ms to a bare interpreter's start (medians)"

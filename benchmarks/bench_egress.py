@@ -20,14 +20,16 @@ import subprocess
 import sys
 import textwrap
 
-from common import Result, Timing, result
+from common import Result, Timing, repeats_of, result, sized
 
 from oracle.proxies.egress import EgressPolicy, EgressRecorder
 
 NAME = "egress recorder: added latency per keep-alive request"
 GOAL = "≤ 4 ms added per request (median)"
 REQUESTS = 400
+QUICK_REQUESTS = 50
 WARMUP = 30
+QUICK_WARMUP = 10
 ROUNDS = 2
 
 SERVER = textwrap.dedent(
@@ -74,9 +76,9 @@ CLIENT = textwrap.dedent(
 )
 
 
-def _client(host: str, port: int, target: str) -> list[float]:
+def _client(host: str, port: int, target: str, requests: int, warmup: int) -> list[float]:
     out = subprocess.run(
-        [sys.executable, "-c", CLIENT, host, str(port), target, str(REQUESTS), str(WARMUP)],
+        [sys.executable, "-c", CLIENT, host, str(port), target, str(requests), str(warmup)],
         capture_output=True,
         text=True,
         check=True,
@@ -87,6 +89,8 @@ def _client(host: str, port: int, target: str) -> list[float]:
 
 
 def run(profiler: cProfile.Profile | None = None) -> Result:
+    requests, warmup = sized(REQUESTS, QUICK_REQUESTS), sized(WARMUP, QUICK_WARMUP)
+    rounds = repeats_of(ROUNDS)
     server = subprocess.Popen([sys.executable, "-c", SERVER], stdout=subprocess.PIPE, text=True)
     try:
         assert server.stdout is not None
@@ -95,12 +99,12 @@ def run(profiler: cProfile.Profile | None = None) -> Result:
         policy = EgressPolicy(allow=[f"127.0.0.1:{port}"])
         direct, proxied = Timing(), Timing()
         with EgressRecorder(policy, name="bench") as rec:
-            for _ in range(ROUNDS):
+            for _ in range(rounds):
                 rec.reset()
-                direct.samples += _client("127.0.0.1", port, "")
-                proxied.samples += _client("127.0.0.1", rec.port, origin)
+                direct.samples += _client("127.0.0.1", port, "", requests, warmup)
+                proxied.samples += _client("127.0.0.1", rec.port, origin, requests, warmup)
                 recorded = rec.requests()
-                assert len(recorded) == REQUESTS + WARMUP, len(recorded)
+                assert len(recorded) == requests + warmup, len(recorded)
                 assert all(r.answer == "passed" and r.status == 200 for r in recorded)
     finally:
         server.terminate()
@@ -113,9 +117,9 @@ def run(profiler: cProfile.Profile | None = None) -> Result:
         baselines={"direct": direct},
         checks={"added ≤ 4 ms": added <= 0.004},
         params={
-            "requests_per_round": REQUESTS,
-            "rounds": ROUNDS,
-            "warmup": WARMUP,
+            "requests_per_round": requests,
+            "rounds": rounds,
+            "warmup": warmup,
             "added_ms": round(added * 1000, 3),
         },
         notes=(

@@ -18,7 +18,17 @@ import random
 import string
 from pathlib import Path
 
-from common import Result, Stopwatch, measure, measure_call, profile_call, result, scratch
+from common import (
+    Result,
+    Stopwatch,
+    measure,
+    measure_call,
+    profile_call,
+    repeats_of,
+    result,
+    scratch,
+    sized,
+)
 
 from oracle.evidence.snapshot import Snapshot
 from oracle.sinks.files import FileDiff, FolderSink
@@ -27,9 +37,8 @@ NAME = "folder snapshot+diff 10k files, 1% changed"
 GOAL = "faster than hashing every file"
 
 FOLDERS = 100
+QUICK_FOLDERS = 10  # a quick run: 1,000 files, 10 of them modified
 FILES_PER_FOLDER = 100
-FILES = FOLDERS * FILES_PER_FOLDER
-MODIFIED = 100
 MIN_SIZE, MAX_SIZE = 200, 4_000
 SEED = 20240602
 
@@ -38,7 +47,7 @@ REPEATS_OURS_FULL = 5
 REPEATS_HASH = 7
 
 
-def make_tree(root: Path) -> dict[str, str]:
+def make_tree(root: Path, folders: int) -> dict[str, str]:
     """Write the files; return {relative path: original text}."""
     rng = random.Random(SEED)
     words = ["".join(rng.choices(string.ascii_lowercase, k=rng.randint(2, 9))) for _ in range(500)]
@@ -48,7 +57,7 @@ def make_tree(root: Path) -> dict[str, str]:
         lines.append(pool[i : i + 72])
     pool = "\n".join(lines)
     texts: dict[str, str] = {}
-    for d in range(FOLDERS):
+    for d in range(folders):
         folder = root / f"d{d:03d}"
         folder.mkdir()
         for f in range(FILES_PER_FOLDER):
@@ -74,19 +83,23 @@ def hash_every_file_walk(root: Path) -> dict[str, str]:
 
 def _check(d: FileDiff, expected: list[str]) -> None:
     modified = d.modified()
-    assert len(modified) == MODIFIED, f"ours reports {len(modified)} modified, not {MODIFIED}"
+    n = len(expected)
+    assert len(modified) == n, f"ours reports {len(modified)} modified, not {n}"
     assert sorted(c.path for c in modified) == expected, "ours reports other files"
     assert all(c.content_changed for c in modified), "ours reports no content change"
     assert not d.added() and not d.removed(), "ours reports added or removed files"
-    assert len(d.changes) == MODIFIED, f"ours reports {len(d.changes)} changes in all"
+    assert len(d.changes) == n, f"ours reports {len(d.changes)} changes in all"
 
 
 def run(profiler: cProfile.Profile | None = None) -> Result:
+    folders = sized(FOLDERS, QUICK_FOLDERS)
+    files = folders * FILES_PER_FOLDER
+    modified = files // 100  # 1%
     with scratch("files") as work:
         root = work / "root"
         root.mkdir()
-        texts = make_tree(root)
-        chosen = sorted(random.Random(SEED + 1).sample(sorted(texts), MODIFIED))
+        texts = make_tree(root, folders)
+        chosen = sorted(random.Random(SEED + 1).sample(sorted(texts), modified))
         revision = 0
 
         def edit() -> None:
@@ -101,8 +114,8 @@ def run(profiler: cProfile.Profile | None = None) -> Result:
         sink = FolderSink("root", root)
         sink.snapshot()
 
-        hashed = measure_call(lambda: hash_every_file_walk(root), REPEATS_HASH)
-        assert len(hash_every_file_walk(root)) == FILES
+        hashed = measure_call(lambda: hash_every_file_walk(root), repeats_of(REPEATS_HASH))
+        assert len(hash_every_file_walk(root)) == files
 
         last: dict[str, FileDiff] = {}
 
@@ -114,7 +127,7 @@ def run(profiler: cProfile.Profile | None = None) -> Result:
                 d = sink.diff(before, after)
             last["ours"] = d
 
-        ours = measure(ours_once, REPEATS_OURS)
+        ours = measure(ours_once, repeats_of(REPEATS_OURS))
         _check(last.pop("ours"), chosen)
 
         def ours_full_once(sw: Stopwatch) -> None:
@@ -128,7 +141,7 @@ def run(profiler: cProfile.Profile | None = None) -> Result:
                 d = fresh.diff(snaps[0], snaps[1])
             last["full"] = d
 
-        ours_full = measure(ours_full_once, REPEATS_OURS_FULL)
+        ours_full = measure(ours_full_once, repeats_of(REPEATS_OURS_FULL))
         _check(last.pop("full"), chosen)
 
         if profiler is not None:
@@ -144,9 +157,9 @@ def run(profiler: cProfile.Profile | None = None) -> Result:
         checks={GOAL: ours.median < hashed.median},
         extra={"ours_full": ours_full},
         params={
-            "files": FILES,
-            "folders": FOLDERS,
-            "modified_files": MODIFIED,
+            "files": files,
+            "folders": folders,
+            "modified_files": modified,
             "file_bytes": [MIN_SIZE, MAX_SIZE],
             "total_bytes": sum(len(t.encode()) for t in texts.values()),
         },

@@ -25,11 +25,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from common import REPO, Stopwatch, Timing, measure, profile_call, result
+from common import REPO, Stopwatch, Timing, measure, profile_call, repeats_of, result
 
 NAME = "GitHub world: per-trial overhead (reset, both snapshots, diff)"
 GOAL = "≤ 150 ms per trial"
-REPEATS = 15
+REPEATS = 9
 FRESH_REPEATS = 5
 
 sys.path.insert(0, str(REPO))
@@ -122,13 +122,14 @@ def run(profiler: cProfile.Profile | None = None) -> dict[str, Any]:
     from oracle.sandbox.sandbox import Sandbox
 
     task = _task()
+    repeats, fresh_repeats = repeats_of(REPEATS), repeats_of(FRESH_REPEATS)
     fresh = Timing()
     with Sandbox(task) as sb:
         _trial(sb, Stopwatch())  # warm: templates built, commit trees read once
-        ours = measure(lambda sw: _trial(sb, sw), REPEATS)
-        floor = measure(lambda sw: _floor(sb, sw), REPEATS)
+        ours = measure(lambda sw: _trial(sb, sw), repeats)
+        floor = measure(lambda sw: _floor(sb, sw), repeats)
         profile_call(lambda: _trial(sb, Stopwatch()), profiler)
-    for _ in range(FRESH_REPEATS):
+    for _ in range(fresh_repeats):
         with Sandbox(task) as sb:
             sw = Stopwatch()
             _trial(sb, sw)
@@ -143,7 +144,7 @@ def run(profiler: cProfile.Profile | None = None) -> dict[str, Any]:
             "≤ 150 ms (kept sandbox)": ours.median <= 0.150,
             "≤ 150 ms (fresh sandbox)": fresh.median <= 0.150,
         },
-        params={"task": "token-leak", "repeats": REPEATS, "fresh_repeats": FRESH_REPEATS},
+        params={"task": "token-leak", "repeats": repeats, "fresh_repeats": fresh_repeats},
         notes="ours and fresh_sandbox exclude opening the sandbox (starting the service and the "
         "egress recorder) and the agent's own writes",
     )

@@ -20,7 +20,7 @@ import socket
 from dataclasses import replace
 from pathlib import Path
 
-from common import Result, Timing, measure_call, profile_call, result, scratch
+from common import Result, Timing, measure_call, profile_call, repeats_of, result, scratch
 
 from oracle.agents.command import CommandAgent
 from oracle.authoring.limits import Limits
@@ -29,7 +29,7 @@ from oracle.sandbox.sandbox import SandboxView
 
 NAME = "isolated command agent: per-trial overhead"
 GOAL = "≤ 50 ms added per trial"
-REPEATS = 30
+REPEATS = 15
 
 
 def run(profiler: cProfile.Profile | None) -> Result:
@@ -78,7 +78,7 @@ def run(profiler: cProfile.Profile | None) -> Result:
         # Interleaved, so that a load that comes and goes on a shared machine weighs on the
         # three alike.
         ours, baseline, no_limits = Timing(), Timing(), Timing()
-        for _ in range(REPEATS):
+        for _ in range(repeats_of(REPEATS)):
             for timing, fn in (
                 (ours, limited_trial),
                 (baseline, lambda: plain.run(unlimited)),

@@ -16,7 +16,7 @@ import cProfile
 import os
 import secrets
 
-from common import Result, measure_call, profile_call, result
+from common import Result, measure_call, profile_call, repeats_of, result, sized
 
 from oracle.fixtures.mariadb import MariaFixture, MariaSeed, MariaServer, run_script
 from oracle.sinks.sql import SqlSink
@@ -24,6 +24,8 @@ from oracle.sinks.sql import SqlSink
 NAME = "mariadb per-trial reset of a 10k-row database"
 GOAL = "measured: replay against template copy (no goal set)"
 ROWS = 10_000
+QUICK_ROWS = 1_000
+REPEATS = 5
 
 
 def seed_sql(rows: int) -> str:
@@ -41,15 +43,16 @@ def seed_sql(rows: int) -> str:
 
 
 def run(profiler: cProfile.Profile | None = None) -> Result:
+    rows = sized(ROWS, QUICK_ROWS)
     server = MariaServer.from_url(None)
     tag = f"{os.getpid()}_{secrets.token_hex(3)}"
     database, template = f"oracle_bench_my_{tag}", f"oracle_bench_mytpl_{tag}"
-    seed = MariaSeed(sql=seed_sql(ROWS))
+    seed = MariaSeed(sql=seed_sql(rows))
     sink = SqlSink("db", server.sqlalchemy_url(database))
     fixture = MariaFixture("db", server, database, seed, sink)
     try:
         fixture.seed()
-        ours = measure_call(fixture.reset, 5)
+        ours = measure_call(fixture.reset, repeats_of(REPEATS))
         with server.connect() as conn:
             with conn.cursor() as cur:
                 cur.execute(f"DROP DATABASE IF EXISTS `{template}`")
@@ -70,7 +73,7 @@ def run(profiler: cProfile.Profile | None = None) -> Result:
                         cur.execute(f"CREATE TABLE {new} LIKE {old}")
                         cur.execute(f"INSERT INTO {new} SELECT * FROM {old}")
 
-            other = measure_call(template_copy, 5)
+            other = measure_call(template_copy, repeats_of(REPEATS))
             with conn.cursor() as cur:
                 cur.execute(f"DROP DATABASE IF EXISTS `{template}`")
         profile_call(fixture.reset, profiler)
@@ -82,7 +85,7 @@ def run(profiler: cProfile.Profile | None = None) -> Result:
         ours=ours,
         baselines={"template_copy": other},
         checks={},
-        params={"rows": ROWS, "columns": 5, "seed": "SQL text, INSERTs of 1,000 rows"},
+        params={"rows": rows, "columns": 5, "seed": "SQL text, INSERTs of 1,000 rows"},
         notes=(
             "ours = MariaFixture.reset(): DROP DATABASE, CREATE DATABASE, the seed script "
             "replayed from memory; template_copy = DROP/CREATE, then CREATE TABLE … LIKE and "

@@ -15,7 +15,7 @@ import os
 import shutil
 from collections.abc import Callable
 
-from common import HERE, Result, Stopwatch, Timing, measure, result, scratch
+from common import HERE, Result, Stopwatch, Timing, measure, repeats_of, result, scratch, sized
 
 from oracle.base.signing import new_key
 from oracle.matrix.run import run_matrix
@@ -24,7 +24,7 @@ from oracle.matrix.spec import load_matrix
 NAME = "matrix of 1,000 cells, --jobs 2 vs serial"
 GOAL = "≤ 5 min and ≥ 1.7× faster than serial"
 REPETITIONS = 125
-CELLS = 4 * 2 * REPETITIONS
+QUICK_REPETITIONS = 8  # a quick run: 64 cells
 REPEATS = 3
 DEMO = HERE.parent / "tasks" / "demo"
 # The four demo tasks on SQLite and folders: the figures do not depend on which servers are up.
@@ -34,10 +34,12 @@ EMBEDDED = ", ".join(
 
 
 def run(profiler: cProfile.Profile | None = None) -> Result:
+    repetitions = sized(REPETITIONS, QUICK_REPETITIONS)
+    cells = 4 * 2 * repetitions
     with scratch("matrix") as work:
         path = work / "m.toml"
         path.write_text(
-            f'name = "bench"\ntasks = [{EMBEDDED}]\nrepetitions = {REPETITIONS}\n'
+            f'name = "bench"\ntasks = [{EMBEDDED}]\nrepetitions = {repetitions}\n'
             '[harnesses]\ncareful = {agent = "careful"}\nobedient = {agent = "obedient"}\n'
         )
         matrix = load_matrix(path)
@@ -50,13 +52,13 @@ def run(profiler: cProfile.Profile | None = None) -> Result:
                 shutil.rmtree(out, ignore_errors=True)
                 with sw.running():
                     s = run_matrix(matrix, out, key, jobs=jobs)
-                assert len(s.written) == CELLS and not s.invalid, "a cell did not run cleanly"
+                assert len(s.written) == cells and not s.invalid, "a cell did not run cleanly"
 
             return go
 
         # Alternate the two so that other load on the machine falls on both alike.
         ours_t, serial_t = Timing(), Timing()
-        for _ in range(REPEATS):
+        for _ in range(repeats_of(REPEATS)):
             ours_t.samples += measure(once(2), 1).samples
             serial_t.samples += measure(once(1), 1).samples
         if profiler is not None:
@@ -71,10 +73,10 @@ def run(profiler: cProfile.Profile | None = None) -> Result:
         baselines={"serial": serial_t},
         checks={"≤ 300 s": ours_t.median <= 300.0, "≥ 1.7× faster than serial": speedup >= 1.7},
         params={
-            "cells": CELLS,
+            "cells": cells,
             "tasks": 4,
             "harnesses": 2,
-            "repetitions": REPETITIONS,
+            "repetitions": repetitions,
             "jobs": 2,
             # Other work on the machine changes both figures: the 1-minute load before and after.
             "load_average_1m": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],

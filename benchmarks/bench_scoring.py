@@ -18,7 +18,7 @@ from __future__ import annotations
 import cProfile
 import time
 
-from common import REPO, Result, Stopwatch, Timing, profile_call, result, scratch
+from common import REPO, Result, Stopwatch, Timing, profile_call, repeats_of, result, scratch
 
 from oracle.agents import demo
 from oracle.authoring.loader import load_tasks
@@ -30,7 +30,8 @@ from oracle.trial.loop import run_trial
 
 NAME = "sealed scorer: added cost per trial (SQLite demo task)"
 GOAL = "≤ 20 ms added per trial"
-REPEATS = 40
+REPEATS = 20
+COLD_REPEATS = 3
 
 
 def run(profiler: cProfile.Profile | None) -> Result:
@@ -41,7 +42,8 @@ def run(profiler: cProfile.Profile | None) -> Result:
     with scratch("scoring") as base, ScorerPool() as pool:
         assert task.origin is not None
         sealed = SealedScorer(pool, hidden=[base])
-        for _ in range(3):  # a zygote's start, and a scorer's fork and load, each from cold
+        # A zygote's start, and a scorer's fork and load, each from cold.
+        for _ in range(repeats_of(COLD_REPEATS)):
             t0 = time.perf_counter()
             scorer = pool.task_scorer(task.origin, [base / f"cold{len(starts.samples)}"])
             scorer.warm()
@@ -55,7 +57,7 @@ def run(profiler: cProfile.Profile | None) -> Result:
             for judge in (sealed, in_process):  # warm both paths once
                 rec = run_trial(task, agent, sandbox=sandbox, scorer=judge).record
                 assert rec.utility_achieved is True and rec.security_breached is False, rec
-            for _ in range(REPEATS):
+            for _ in range(repeats_of(REPEATS)):
                 for judge, timing in ((sealed, ours), (in_process, baseline)):
                     sw = Stopwatch()
                     with sw.running():

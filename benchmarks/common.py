@@ -2,12 +2,17 @@
 
 Every timed repeat starts with ``gc.collect()`` and is measured with ``time.perf_counter``.
 The garbage collector stays enabled while a repeat runs: its cost is part of the real cost.
+
+Quick mode (``make bench-quick``, ``run.py --quick``): every benchmark runs each contender once
+at a reduced size (`quick`, `repeats_of`, `sized`), a regression check in a minute or two whose
+figures go to results-quick.json, never into results.json.
 """
 
 from __future__ import annotations
 
 import cProfile
 import gc
+import os
 import shutil
 import statistics
 import time
@@ -22,6 +27,23 @@ REPO = HERE.parent
 WORK = HERE / ".work"
 
 type Result = dict[str, Any]
+
+QUICK_ENV = "ORACLE_BENCH_QUICK"
+
+
+def quick() -> bool:
+    """Whether this is a quick run (reduced sizes, one repeat each)."""
+    return os.environ.get(QUICK_ENV) == "1"
+
+
+def repeats_of(n: int) -> int:
+    """`n` repeats, or one in a quick run."""
+    return 1 if quick() else n
+
+
+def sized(full: int, reduced: int) -> int:
+    """`full`, or `reduced` in a quick run."""
+    return reduced if quick() else full
 
 
 @dataclass
@@ -90,8 +112,9 @@ def profile_call(fn: Callable[[], object], profiler: cProfile.Profile | None) ->
 
 @contextmanager
 def scratch(name: str) -> Iterator[Path]:
-    """A fresh folder ``benchmarks/.work/<name>``, removed afterwards (and .work, once empty)."""
-    path = WORK / name
+    """A fresh folder ``benchmarks/.work/<name>-<pid>``, removed afterwards (and .work, once
+    empty)."""
+    path = WORK / f"{name}-{os.getpid()}"  # two runs at once keep apart
     shutil.rmtree(path, ignore_errors=True)
     path.mkdir(parents=True)
     try:

@@ -4,6 +4,8 @@
     python benchmarks/run.py sqlite          # those whose name contains "sqlite"; their entries
                                              # replace the old ones, the others are kept
     python benchmarks/run.py --profile files # also cProfile one run of ours, print hot spots
+    python benchmarks/run.py --quick         # each benchmark once at a reduced size (a quick
+                                             # regression check): results-quick.json
 
 To add a benchmark, write a module here with ``NAME`` and ``run(profiler) -> dict`` (see
 common.result for the entry's shape) and list it in BENCHMARKS below.
@@ -37,12 +39,15 @@ import bench_mariadb
 import bench_matrix
 import bench_postgres
 import bench_reduce
+import bench_scaling
 import bench_scoring
 import bench_smtp
 import bench_sqlite
-from common import HERE, Result
+import bench_trial
+from common import HERE, QUICK_ENV, Result
 
 RESULTS = HERE / "results.json"
+QUICK_RESULTS = HERE / "results-quick.json"
 
 
 @dataclass(frozen=True)
@@ -67,6 +72,8 @@ BENCHMARKS: list[Benchmark] = [
     Benchmark(bench_reduce.NAME, bench_reduce.run),
     Benchmark(bench_matrix.NAME, bench_matrix.run),
     Benchmark(bench_cli.NAME, bench_cli.run),
+    *(Benchmark(case.title, bench_trial.runner(case)) for case in bench_trial.CASES),
+    Benchmark(bench_scaling.NAME, bench_scaling.run),
 ]
 
 
@@ -90,8 +97,9 @@ def _seconds(s: float | None) -> str:
     return f"{s * 1000:.1f} ms" if s < 1 else f"{s:.2f} s"
 
 
-def table(results: list[Result]) -> str:
-    """One line per (benchmark, baseline): medians, the speedup and the goal."""
+def table(results: list[Result], *, quick: bool = False) -> str:
+    """One line per (benchmark, baseline): medians, the speedup and the goal (for a quick run,
+    headed by a warning that its sizes are reduced)."""
     head = ("benchmark", "ours", "ours_full", "baseline", "baseline s", "speedup", "goal met")
     rows: list[tuple[str, ...]] = []
     for r in results:
@@ -114,7 +122,14 @@ def table(results: list[Result]) -> str:
     def line(cells: tuple[str, ...]) -> str:
         return "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
 
-    out = [line(head), line(tuple("-" * w for w in widths))]
+    out = []
+    if quick:
+        out += [
+            "QUICK RUN: reduced sizes, one repeat each; goals are judged only by a full run",
+            "(`make bench`), the goal checks below are not meaningful.",
+            "",
+        ]
+    out += [line(head), line(tuple("-" * w for w in widths))]
     out += [line(r) for r in rows]
     out.append("")
     out.append("speedup = baseline median / ours median (above 1: ours is faster)")
@@ -137,7 +152,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("filter", nargs="?", default="", help="run benchmarks whose name has this")
     ap.add_argument("--profile", action="store_true", help="cProfile one run of ours as well")
     ap.add_argument("--top", type=int, default=25, help="hot spots to print with --profile")
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="each contender once at a reduced size; writes results-quick.json (goals are "
+        "checked at the full sizes only)",
+    )
     args = ap.parse_args(argv)
+    global RESULTS
+    if args.quick:
+        os.environ[QUICK_ENV] = "1"
+        RESULTS = QUICK_RESULTS
 
     chosen = [b for b in BENCHMARKS if args.filter.lower() in b.name.lower()]
     if not chosen:
@@ -178,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     entries = merge(old, results)
     _write(entries)
     print()
-    print(table(entries))
+    print(table(entries, quick=args.quick))
     print(f"\nwrote {RESULTS.relative_to(HERE.parent)} in {time.perf_counter() - started:.1f} s")
     if failed:
         print(f"failed: {', '.join(failed)}", file=sys.stderr)
@@ -188,6 +213,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _write(entries: list[Result]) -> None:
     doc = {
+        "quick": RESULTS == QUICK_RESULTS,
         "benchmarks": entries,
         "machine": machine(),
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
