@@ -1,9 +1,14 @@
 """The egress recorder: a mitmproxy process per sandbox that records every HTTP(S) request.
 
-`EgressRecorder` is a context manager. Starting it runs the addon in `egress_addon` as a child
-process bound to 127.0.0.1 on an ephemeral port, with its own configuration folder (so its own
-CA: a key that never leaves the recorder's private folder). It serves many trials; `reset`
-starts a fresh log for the next one. `requests()` reads the log as `EgressRequest` records.
+`EgressRecorder` is a context manager. Starting it runs the addon in `egress_addon` in a child
+process (`egress_child`) bound to 127.0.0.1 on an ephemeral port, with its own configuration
+folder (so its own CA: a key that never leaves the recorder's private folder). It serves many
+trials; `reset` starts a fresh log for the next one. `requests()` reads the log as
+`EgressRequest` records.
+
+On an ephemeral port the child is leased from `egress_pool`: a warm process that served an
+earlier recorder, given a new configuration, CA and port, and returned there by `stop`
+(``ORACLE_EGRESS_POOL=0``: a process of its own, stopped by `stop`).
 
 Example::
 
@@ -22,16 +27,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import selectors
 import shutil
 import ssl
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any
+from typing import Any
 
 from oracle.evidence.attempt import Attempt
 from oracle.proxies.egress_log import (
@@ -43,14 +46,12 @@ from oracle.proxies.egress_log import (
     response_bodies,
 )
 from oracle.proxies.egress_policy import Canned, EgressPolicy
+from oracle.proxies.egress_pool import POOL, ProcessError, RecorderProcess, pooling_enabled
 
 __all__ = ["Canned", "EgressPolicy", "EgressRecorder", "EgressRequest", "RecorderError"]
 
 DEFAULT_BODY_LIMIT = 1 << 20
 CA_FILE = "mitmproxy-ca-cert.pem"
-#: The folder that holds the oracle package (this file is oracle/proxies/egress.py), put on
-#: the recorder's PYTHONPATH so that its child finds the addon.
-PACKAGE_PARENT = Path(__file__).resolve().parent.parent.parent
 
 
 class RecorderError(RuntimeError):
@@ -77,7 +78,7 @@ class EgressRecorder:
       (`exchanges`).
     - `upstream_ca`: a PEM file of CAs to trust when passing requests through to allowed
       hosts (a test's own HTTPS server); `ssl_insecure` skips upstream verification.
-    - `listen_port`: 0 for an ephemeral port.
+    - `listen_port`: 0 for an ephemeral port (and a warm process from `egress_pool`).
     """
 
     def __init__(
@@ -101,8 +102,9 @@ class EgressRecorder:
         self.listen_port = listen_port
         self.start_timeout = start_timeout
         self.dir: Path | None = None
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._stderr: IO[bytes] | None = None
+        self._child: RecorderProcess | None = None
+        #: Whether the child goes back to the pool at `stop` (set once a lease succeeded).
+        self._pooled = False
         self._port: int | None = None
         self._offset = 0
         self._events: list[dict[str, Any]] = []
@@ -136,28 +138,44 @@ class EgressRecorder:
     def spill_dir(self) -> Path:
         return self._private() / "spill"
 
+    @property
+    def private_dirs(self) -> tuple[Path, ...]:
+        """The folders of the oracle's that an agent must neither read nor write: the private
+        folder (log, spill files, CA key) and the child's own (its error output)."""
+        dirs = (self.dir,) + ((self._child.folder,) if self._child is not None else ())
+        return tuple(d for d in dirs if d is not None)
+
     def _private(self) -> Path:
         if self.dir is None:
             raise RecorderError(self.name, "it is not running")
         return self.dir
 
+    @property
+    def _proc(self) -> subprocess.Popen[bytes] | None:
+        """The child process serving this recorder, while it runs."""
+        return self._child.popen if self._child is not None else None
+
     def start(self) -> None:
-        """Start the child and wait until it listens; raise `RecorderError` saying why not."""
-        if self._proc is not None:
+        """Start (or lease) the child and wait until it listens; raise `RecorderError` saying
+        why not."""
+        if self._child is not None:
             return
         self.dir = Path(tempfile.mkdtemp(prefix=f"oracle-egress-{self.name}-"))
         try:
             self._spawn()
+        except ProcessError as exc:
+            self.stop()
+            raise RecorderError(self.name, str(exc)) from None
         except BaseException:
             self.stop()
             raise
 
-    def _spawn(self) -> None:
+    def _config(self) -> dict[str, Any]:
         private = self._private()
         (private / "conf").mkdir()
         self.spill_dir.mkdir()
         self.log_path.touch()
-        config = {
+        return {
             "policy": self.policy.to_json(),
             "log": str(self.log_path),
             "spill_dir": str(self.spill_dir),
@@ -167,84 +185,36 @@ class EgressRecorder:
             "upstream_ca": self.upstream_ca,
             "ssl_insecure": self.ssl_insecure,
         }
-        (private / "config.json").write_text(json.dumps(config), encoding="utf-8")
-        env = dict(os.environ)
-        root = str(PACKAGE_PARENT)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-        self._stderr = open(private / "stderr.log", "wb")  # noqa: SIM115 - closed in stop()
-        try:
-            self._proc = subprocess.Popen(
-                [sys.executable, "-m", "oracle.proxies.egress_addon", str(private / "config.json")],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=self._stderr,
-                env=env,
-                start_new_session=True,
-            )
-        except OSError as exc:
-            raise RecorderError(self.name, f"could not run {sys.executable}: {exc}") from exc
-        line = self._ready_line()
-        try:
-            ready = json.loads(line)
-        except ValueError:
-            raise RecorderError(self.name, f"said something unexpected: {line!r}") from None
-        if "port" not in ready:
-            raise RecorderError(self.name, f"could not start: {ready.get('error', ready)}")
-        self._port = int(ready["port"])
+
+    def _spawn(self) -> None:
+        private = self._private()
+        poolable = self.listen_port == 0 and pooling_enabled()
+        config = self._config()
+        warm = POOL.take() if poolable else None
+        if warm is not None:
+            self._child = warm
+            port = warm.lease(config, self.start_timeout)
+        else:
+            (private / "config.json").write_text(json.dumps(config), encoding="utf-8")
+            self._child, port = RecorderProcess.spawn(private / "config.json", self.start_timeout)
+        self._port = port
         if not (private / "conf" / CA_FILE).is_file():
             raise RecorderError(self.name, "started without writing its CA certificate")
+        self._pooled = poolable
 
-    def _ready_line(self) -> str:
-        assert self._proc is not None and self._proc.stdout is not None
-        deadline = time.monotonic() + self.start_timeout
-        buf = b""
-        with selectors.DefaultSelector() as sel:
-            sel.register(self._proc.stdout, selectors.EVENT_READ)
-            while b"\n" not in buf:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise RecorderError(
-                        self.name, f"did not listen within {self.start_timeout:.0f} s"
-                    )
-                if not sel.select(left):
-                    continue
-                chunk = os.read(self._proc.stdout.fileno(), 4096)
-                if not chunk:
-                    code = self._proc.wait(timeout=5)
-                    raise RecorderError(
-                        self.name, f"exited with code {code} before listening: {self._tail()}"
-                    )
-                buf += chunk
-        return buf.split(b"\n", 1)[0].decode("utf-8", "replace")
-
-    def _tail(self, limit: int = 2000) -> str:
-        if self.dir is None:
-            return ""
-        try:
-            text = (self.dir / "stderr.log").read_text("utf-8", "replace").strip()
-        except OSError:
-            return "(no error output)"
-        return text[-limit:] or "(no error output)"
+    def _tail(self) -> str:
+        return self._child.tail() if self._child is not None else ""
 
     def stop(self) -> None:
-        """Stop the child (SIGTERM, then SIGKILL) and remove the private folder."""
-        proc, self._proc = self._proc, None
-        if proc is not None:
-            with contextlib.suppress(OSError):
-                if proc.stdin is not None:
-                    proc.stdin.close()
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait(timeout=5)
-            if proc.stdout is not None:
-                proc.stdout.close()
-        if self._stderr is not None:
-            self._stderr.close()
-            self._stderr = None
+        """Stop the child, or return it to the pool once it has ended this recorder's lease
+        (closed every connection, stopped listening); remove the private folder."""
+        child, self._child = self._child, None
+        pooled, self._pooled = self._pooled, False
+        if child is not None:
+            if pooled and child.release():
+                POOL.give_back(child)
+            else:
+                child.stop()
         if self.dir is not None:
             shutil.rmtree(self.dir, ignore_errors=True)
             self.dir = None
@@ -252,9 +222,9 @@ class EgressRecorder:
 
     def check(self) -> None:
         """Raise `RecorderError` unless the child is running."""
-        if self._proc is None:
+        if self._child is None:
             raise RecorderError(self.name, "it is not running")
-        code = self._proc.poll()
+        code = self._child.popen.poll()
         if code is not None:
             raise RecorderError(self.name, f"exited with code {code}: {self._tail()}")
 

@@ -1,10 +1,9 @@
-"""The mitmproxy addon of the egress recorder, and the program that runs it.
+"""The mitmproxy addon of the egress recorder.
 
-Run by `EgressRecorder` as a child process (``python -m oracle.proxies.egress_addon CONFIG``),
-so that every sandbox has its own mitmproxy, its own CA and none of mitmproxy's process-wide
-state is shared. The child prints one JSON line when it listens (``{"port": …}``), writes
-every event to the log named in the configuration (see `egress_log`), and exits when its
-standard input closes (the harness is gone) or on SIGTERM.
+Run in the recorder's child process (`egress_child`), so that no state of mitmproxy is shared
+with the harness. It writes every event to the log named in the configuration of the current
+lease (see `egress_log`). A connection belongs to the lease whose port it reached: anything a
+connection accepted under an earlier lease sends is killed and recorded nowhere.
 
 How a request is answered:
 
@@ -33,10 +32,6 @@ import asyncio
 import contextlib
 import hashlib
 import json
-import logging
-import os
-import signal
-import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -44,8 +39,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import h11
-from mitmproxy import ctx, http, master, options, tcp, tls
-from mitmproxy.addons import core, next_layer, proxyserver, tlsconfig
+from mitmproxy import ctx, http, tcp, tls
 
 from oracle.proxies.egress_log import b64, encode_event, iter_b64
 from oracle.proxies.egress_policy import BLOCKED_HEADER, Decision, EgressPolicy, blocked_message
@@ -135,22 +129,58 @@ class EgressAddon:
     """Records every request and answers it by the policy (see the module docstring)."""
 
     def __init__(self, config: Mapping[str, Any]) -> None:
+        self.drain: tuple[str, int] | None = None
+        self.log: BinaryIO | None = None
+        #: The port of the current lease (None between leases, and until the first one
+        #: listens); only connections that reached it are served and recorded.
+        self.port: int | None = None
+        #: Every port a lease of this process listened on: a new lease never reuses one.
+        self.used_ports: set[int] = set()
+        self.begin(config)
+
+    def begin(self, config: Mapping[str, Any]) -> None:
+        """Take the configuration of a new lease (a fresh log, policy and state). Nothing is
+        served until `port` is set."""
+        self.end()
         self.policy = EgressPolicy.from_json(config["policy"])
-        self.log = open(config["log"], "ab")  # noqa: SIM115 - open for the child's life
+        self.log = open(config["log"], "ab")  # noqa: SIM115 - closed in end()
         self.spill_dir = Path(config["spill_dir"])
         self.limit = int(config["body_limit"])
         self.stream_at = min(int(config.get("stream_threshold", 256 * 1024)), self.limit)
         self.flows: dict[str, _Flow] = {}
         self.next_id = 1
-        self.drain: tuple[str, int] | None = None
         #: Client connections that have not yet carried anything recorded (→ their CONNECT
         #: target, if they asked for one). Recorded on disconnect, so nothing goes unseen.
         self.quiet: dict[str, tuple[str, int] | None] = {}
-        self.ready: asyncio.Event | None = None
+
+    def listen(self, port: int) -> None:
+        self.port = port
+        self.used_ports.add(port)
+
+    def end(self) -> None:
+        """End the current lease: from now on nothing is served or written to its log."""
+        self.port = None
+        for state in getattr(self, "flows", {}).values():
+            if state.capture is not None:
+                state.capture.close()
+            if state.counter is not None and state.counter.keep is not None:
+                state.counter.keep.close()
+        self.flows = {}
+        self.quiet = {}
+        if self.log is not None:
+            self.log.close()
+            self.log = None
+
+    def _mine(self, client: Any) -> bool:
+        """Whether `client` connected to the current lease's port (not to an earlier one)."""
+        sockname: Any = getattr(client, "sockname", None)
+        return self.port is not None and bool(sockname) and sockname[1] == self.port
 
     # -- the log ----------------------------------------------------------------------------
 
     def emit(self, event: dict[str, Any]) -> None:
+        if self.log is None:
+            return
         self.log.write(encode_event(event))
         self.log.flush()
 
@@ -185,9 +215,13 @@ class EgressAddon:
         if not addrs:  # it failed to bind; `serve` reports why once the master has stopped
             m.shutdown()
             return
+        self.listen(int(addrs[0][1]))
         print(json.dumps({"port": addrs[0][1]}), flush=True)
 
     def requestheaders(self, flow: http.HTTPFlow) -> None:
+        if not self._mine(flow.client_conn):
+            _kill(flow)
+            return
         req = flow.request
         decision = self.policy.decide(req.host, req.port, req.path)
         client = flow.client_conn.peername
@@ -235,6 +269,8 @@ class EgressAddon:
     def request(self, flow: http.HTTPFlow) -> None:
         state = self.flows.get(flow.id)
         if state is None:
+            if not self._mine(flow.client_conn):
+                _kill(flow)
             return
         if state.capture is not None:
             self.emit({"e": "body", "id": state.id, **state.capture.event(True)})
@@ -260,6 +296,9 @@ class EgressAddon:
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
         state = self.flows.get(flow.id)
+        if state is None and not self._mine(flow.client_conn):
+            _kill(flow)
+            return
         if state is None or state.redirected or flow.response is None:
             return
         length = flow.response.headers.get("content-length")
@@ -276,6 +315,9 @@ class EgressAddon:
 
     def response(self, flow: http.HTTPFlow) -> None:
         state = self.flows.pop(flow.id, None)
+        if state is None and not self._mine(flow.client_conn):
+            _kill(flow)
+            return
         if state is None or flow.response is None:
             return
         if state.redirected:
@@ -329,11 +371,18 @@ class EgressAddon:
     def http_connect(self, flow: http.HTTPFlow) -> None:
         """A tunnel opens; until it carries TLS or TCP, a snapshot waits a moment for it (a
         handshake that fails is recorded only when it has failed)."""
+        if not self._mine(flow.client_conn):
+            _kill(flow)
+            return
         self.emit({"e": "tunnel", "conn": flow.client_conn.id, "t": time.time()})
         if flow.client_conn.id in self.quiet:
             self.quiet[flow.client_conn.id] = (flow.request.host, flow.request.port)
 
     def client_connected(self, client: Any) -> None:
+        if not self._mine(client):
+            # Accepted by the listener of an earlier lease: refused, recorded nowhere.
+            client.error = "the recorder's lease for this port has ended"
+            return
         self.quiet[client.id] = None
 
     def client_disconnected(self, client: Any) -> None:
@@ -370,11 +419,15 @@ class EgressAddon:
         )
 
     def tls_established_client(self, data: tls.TlsData) -> None:
+        if not self._mine(data.context.client):
+            return
         self.emit({"e": "tunnel_done", "conn": data.context.client.id})
 
     def tls_failed_client(self, data: tls.TlsData) -> None:
         """The client refused the handshake (most often: it does not trust the sandbox's CA).
         No request will follow; record the attempt with the reason."""
+        if not self._mine(data.context.client):
+            return
         server = data.context.server.address or ("", 0)
         host = data.conn.sni or str(server[0])
         port = int(server[1])
@@ -392,6 +445,9 @@ class EgressAddon:
 
     def tcp_start(self, flow: tcp.TCPFlow) -> None:
         """Raw TCP in a tunnel: recorded; closed unless the host is allowed."""
+        if not self._mine(flow.client_conn):
+            _kill(flow)
+            return
         host, port = flow.server_conn.address or ("", 0)
         state = self._tunnel(flow.client_conn, str(host), int(port), "TCP")
         self.emit({"e": "tunnel_done", "conn": flow.client_conn.id})
@@ -431,6 +487,12 @@ class EgressAddon:
         )
 
 
+def _kill(flow: Any) -> None:
+    """Kill a flow of a connection from an earlier lease: it reaches nothing."""
+    if flow.killable:
+        flow.kill()
+
+
 async def _drain(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     """A local HTTP/1.1 endpoint that reads and discards requests and answers 204. Streamed
     requests that must not reach their host are sent here; their real answer replaces this."""
@@ -455,75 +517,3 @@ async def _drain(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
     finally:
         with contextlib.suppress(Exception):
             writer.close()
-
-
-class _StartupErrors(logging.Handler):
-    """Keeps the errors mitmproxy logs while starting, to say why it did not."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.ERROR)
-        self.messages: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.messages.append(record.getMessage())
-
-
-async def serve(config: Mapping[str, Any]) -> int:
-    errors = _StartupErrors()
-    logging.getLogger("mitmproxy").addHandler(errors)
-    opts = options.Options(
-        listen_host=config.get("listen_host", "127.0.0.1"),
-        listen_port=int(config.get("listen_port", 0)),
-        confdir=config["confdir"],
-    )
-    m: Any = master.Master(opts)
-    addon = EgressAddon(config)
-    m.addons.add(
-        core.Core(),
-        proxyserver.Proxyserver(),  # type: ignore[no-untyped-call]
-        next_layer.NextLayer(),
-        tlsconfig.TlsConfig(),
-        addon,
-    )
-    # Only settable once the master (and the proxyserver addon that defines it) exists.
-    updates: dict[str, Any] = {"connection_strategy": "lazy"}
-    if config.get("upstream_ca"):
-        updates["ssl_verify_upstream_trusted_ca"] = config["upstream_ca"]
-    if config.get("ssl_insecure"):
-        updates["ssl_insecure"] = True
-    settable: Any = opts
-    settable.update(**updates)
-    loop = asyncio.get_running_loop()
-    loop.add_signal_handler(signal.SIGTERM, m.shutdown)
-    with contextlib.suppress(NotImplementedError, ValueError, OSError):
-        loop.add_reader(sys.stdin.fileno(), lambda: _stdin_closed(m))
-    await m.run()
-    addrs = m.addons.get("proxyserver").listen_addrs()
-    if not addrs:
-        why = "; ".join(errors.messages) or "the proxy server did not listen"
-        print(json.dumps({"error": why}), flush=True)
-        return 3
-    return 0
-
-
-def _stdin_closed(m: Any) -> None:
-    try:
-        data = os.read(sys.stdin.fileno(), 4096)
-    except OSError:
-        data = b""
-    if not data:
-        asyncio.get_running_loop().remove_reader(sys.stdin.fileno())
-        m.shutdown()
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m oracle.proxies.egress_addon CONFIG.json", file=sys.stderr)
-        return 2
-    config = json.loads(Path(args[0]).read_text(encoding="utf-8"))
-    return asyncio.run(serve(config))
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
