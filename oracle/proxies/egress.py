@@ -51,6 +51,11 @@ from oracle.proxies.egress_pool import POOL, ProcessError, RecorderProcess, pool
 __all__ = ["Canned", "EgressPolicy", "EgressRecorder", "EgressRequest", "RecorderError"]
 
 DEFAULT_BODY_LIMIT = 1 << 20
+#: How long a read of the log waits for requests still in flight (answers the child has sent
+#: but not logged yet, tunnels mid-handshake) before returning them as ``pending``. It returns
+#: as soon as nothing is in flight; under a heavy load the child logs a streamed answer's end
+#: well after its client has it (half a second was seen to be too short).
+SETTLE = 2.0
 CA_FILE = "mitmproxy-ca-cert.pem"
 
 
@@ -286,7 +291,7 @@ class EgressRecorder:
             with contextlib.suppress(OSError):
                 f.unlink()
 
-    def requests(self, settle: float = 0.5) -> list[EgressRequest]:
+    def requests(self, settle: float = SETTLE) -> list[EgressRequest]:
         """The requests since the last reset, in the order they started.
 
         A request still in progress (or a tunnel whose handshake has not finished) is waited
@@ -303,7 +308,7 @@ class EgressRecorder:
                 return records
             time.sleep(0.01)
 
-    def exchanges(self, settle: float = 0.5) -> list[tuple[EgressRequest, ResponseBody | None]]:
+    def exchanges(self, settle: float = SETTLE) -> list[tuple[EgressRequest, ResponseBody | None]]:
         """`requests` with the response body kept for each (passed requests only: see
         `egress_log.response_bodies`), or None where none was kept."""
         records = self.requests(settle)

@@ -102,7 +102,8 @@ def test_openai_sdk_calls_show_the_model_that_answered_and_its_tokens(api, sandb
         ("openai", "chat.completions", True),
         ("openai", "chat.completions", True),
     ]
-    assert {c.model for c in calls} == {"gpt-test-2025-01-01"}  # the response's, not the request's
+    # The response's model, not the request's (the notes say why one is unknown).
+    assert {c.model for c in calls} == {"gpt-test-2025-01-01"}, [(c.status, c.note) for c in calls]
     assert {c.requested_model for c in calls} == {"gpt-test"}
     assert [(c.input_tokens, c.output_tokens) for c in calls] == [(11, 7), (11, 7), (None, None)]
     assert calls[2].note is not None and "include_usage" in calls[2].note
@@ -174,7 +175,7 @@ def test_encoded_answers_are_read_decoded(api, sandbox, coding):
     assert [(c.api, c.streamed, c.model, c.input_tokens, c.output_tokens) for c in usage.calls] == [
         ("chat.completions", True, "gpt-resp-1", 11, 7),
         ("responses", False, "gpt-resp-1", 11, 7),
-    ]
+    ], [(c.status, c.note) for c in usage.calls]
 
 
 def test_a_body_cut_at_the_cap_gives_unknown_tokens_not_a_guess(api, sandbox):
