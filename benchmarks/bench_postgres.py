@@ -33,10 +33,11 @@ import psycopg
 from common import Result, Stopwatch, Timing, measure, measure_call, profile_call, result
 from deepdiff import DeepDiff
 
-from oracle.evidence.snapshot import Snapshot
 from oracle.fixtures.pg_server import Server
 from oracle.fixtures.postgres import PostgresFixture, PostgresSeed
+from oracle.sinks import pg_watermark
 from oracle.sinks.sql import SqlDiff, SqlSink
+from oracle.sinks.sql_state import SqlState
 
 ADMIN = "host=127.0.0.1 port=5432 user=postgres dbname=postgres"
 URL = "postgresql+psycopg://postgres@127.0.0.1:5432/{}"
@@ -74,7 +75,7 @@ def _name(tag: str) -> str:
 
 @contextmanager
 def databases(rows: int) -> Iterator[tuple[str, str, str]]:
-    """A template with the table, and two clones: pristine and changed (10 rows)."""
+    """A template with the table, and the names of its two clones (made by `clone`)."""
     tpl, pristine, changed = _name("tpl"), _name("pristine"), _name("changed")
     made: list[str] = []
     try:
@@ -86,20 +87,31 @@ def databases(rows: int) -> Iterator[tuple[str, str, str]]:
             t.commit()
             t.autocommit = True
             t.execute("VACUUM ANALYZE t")
-        with _admin() as c:
-            for name in (pristine, changed):
-                c.execute(f'CREATE DATABASE "{name}" TEMPLATE "{tpl}"')
-                made.append(name)
-        with psycopg.connect(ADMIN.replace("dbname=postgres", f"dbname={changed}")) as t:
-            t.execute(CHANGES.format(**_keys(rows)))
-            t.commit()
-            t.autocommit = True
-            t.execute("VACUUM ANALYZE t")
+        made.extend([pristine, changed])
         yield tpl, pristine, changed
     finally:
         with _admin() as c:
             for name in made:
                 c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def clone(tpl: str, name: str, seed: SqlState) -> None:
+    """`name` as a copy of `tpl` made after `seed` was read from it, declared as the fixture
+    declares its clones (`oracle.sinks.pg_watermark.declare_copy`)."""
+    with _admin() as c:
+        c.execute(f'CREATE DATABASE "{name}" TEMPLATE "{tpl}"')
+        (oid,) = c.execute(
+            "SELECT oid::int8 FROM pg_database WHERE datname = %s", (name,)
+        ).fetchone() or (None,)
+    pg_watermark.declare_copy(seed, int(oid))
+
+
+def change(db: str, rows: int) -> None:
+    with psycopg.connect(ADMIN.replace("dbname=postgres", f"dbname={db}")) as t:
+        t.execute(CHANGES.format(**_keys(rows)))
+        t.commit()
+        t.autocommit = True
+        t.execute("VACUUM ANALYZE t")
 
 
 def _keys(rows: int) -> dict[str, int]:
@@ -145,18 +157,22 @@ def copy_out(db: str) -> int:
 
 
 def _diff_run(rows: int, deepdiff_repeats: int, profiler: cProfile.Profile | None) -> Result:
-    with databases(rows) as (_tpl, pristine, changed):
+    with databases(rows) as (tpl, pristine, changed):
         # The first snapshot of a database fetches every row (once per template and process).
-        seed_sink = SqlSink("db", URL.format(pristine))
+        seed_sink = SqlSink("db", URL.format(tpl))
         cold = measure_call(seed_sink.snapshot, 1)
         seed_state = seed_sink.snapshot().state
         seed_sink.close()
+        # Both clones are made after the template's read, as a fixture's reset makes them.
+        clone(tpl, pristine, seed_state)
+        clone(tpl, changed, seed_state)
 
         sink_b = SqlSink("db", URL.format(pristine))
         sink_a = SqlSink("db", URL.format(changed))
-        sink_b.base = seed_state
-        before = sink_b.snapshot()
-        assert sink_b.last_read["rows_fetched"] == 0
+        sink_a.base = seed_state
+        before = sink_a.snapshot()  # a trial's before snapshot, then the agent's 10 changes
+        assert sink_a.last_read["rows_fetched"] == 0
+        change(changed, rows)
         sink_a.base = before.state
         _check_ours(sink_a.diff(before, sink_a.snapshot()), rows)
         copy_out(changed)  # warm the page cache for every contender
@@ -177,12 +193,12 @@ def _diff_run(rows: int, deepdiff_repeats: int, profiler: cProfile.Profile | Non
 
         def trial_once(sw: Stopwatch) -> None:
             sink_b.base = seed_state
-            snaps: list[Snapshot] = []
+            sink_a.base = before.state
             with sw.running():
-                snaps.append(sink_b.snapshot())
-                sink_a.base = snaps[0].state
-                snaps.append(sink_a.snapshot())
-                d = sink_a.diff(snaps[0], snaps[1])
+                sink_b.snapshot()  # the before snapshot of a fresh clone
+                after = sink_a.snapshot()
+                d = sink_a.diff(before, after)
+            assert sink_b.last_read["rows_fetched"] == 0
             last["trial"] = d
 
         trial = measure(trial_once, 3)
@@ -195,10 +211,12 @@ def _diff_run(rows: int, deepdiff_repeats: int, profiler: cProfile.Profile | Non
                 dd = DeepDiff(dump(pristine), dump(changed))
             last["deepdiff"] = dd
 
-        deep = measure(deepdiff_once, deepdiff_repeats)
-        dd = last.pop("deepdiff")
-        assert len(dd.get("dictionary_item_added", ())) == 3
-        assert len(dd.get("dictionary_item_removed", ())) == 3
+        deep: Timing | None = None
+        if deepdiff_repeats:
+            deep = measure(deepdiff_once, deepdiff_repeats)
+            dd = last.pop("deepdiff")
+            assert len(dd.get("dictionary_item_added", ())) == 3
+            assert len(dd.get("dictionary_item_removed", ())) == 3
 
         def ours_profiled() -> None:
             sink_a.base = before.state
@@ -225,7 +243,8 @@ def _entry(name: str, goal: str, rows: int, r: dict[str, Any], checks: dict[str,
         name,
         goal=goal,
         ours=ours,
-        baselines={"deepdiff_full_dump": r["deep"], "copy_to_stdout": r["floor"]},
+        baselines=({"deepdiff_full_dump": r["deep"]} if r["deep"] is not None else {})
+        | {"copy_to_stdout": r["floor"]},
         checks=checks,
         extra={"ours_trial": r["trial"], "ours_cold": r["cold"]},
         params={
@@ -237,16 +256,19 @@ def _entry(name: str, goal: str, rows: int, r: dict[str, Any], checks: dict[str,
             "rows_fetched_by_ours": r["read"]["rows_fetched"],
             "chunks_fetched_by_ours": r["read"]["chunks_fetched"],
             "chunks_reused_by_ours": r["read"]["chunks_reused"],
+            "tables_told_by_xmin": r["read"]["tables_by_xmin"],
             "copy_bytes": r["copy_bytes"],
         },
         notes=(
-            "ours = after snapshot + diff given the before snapshot (server-side chunk "
-            "digests; rows fetched only for differing chunks); ours_trial = before snapshot "
-            "with the seed's state in hand + ours; ours_cold = a first snapshot that fetches "
-            "every row (once per template and process); deepdiff_full_dump = both tables "
-            "read with psycopg into {id: {column: value}} + DeepDiff, measured (not "
-            "extrapolated); copy_to_stdout = COPY t TO STDOUT of one table (the floor: one "
-            "read of the table). Warm caches, local server."
+            "ours = after snapshot + diff given the before snapshot of the same database, "
+            "taken before the 10 changes, as in a trial (chunks whose rows' xmin show no "
+            "change since the before snapshot keep its digests; rows fetched, and hashed, "
+            "only for the others); ours_trial = the before snapshot of a fresh clone with "
+            "the seed's state in hand + ours; ours_cold = a first snapshot that hashes and "
+            "fetches every row (once per template and process); deepdiff_full_dump = both "
+            "tables read with psycopg into {id: {column: value}} + DeepDiff, measured (not "
+            "extrapolated; 100k only); copy_to_stdout = COPY t TO STDOUT of one table (the "
+            "floor: one read of the table). Warm caches, local server."
         ),
     )
 
@@ -254,7 +276,7 @@ def _entry(name: str, goal: str, rows: int, r: dict[str, Any], checks: dict[str,
 NAME_100K = "postgres snapshot+diff 100k x 7, 10 rows changed"
 NAME_1M = "postgres snapshot+diff 1M x 7, 10 rows changed"
 GOAL_100K = "≥50× faster than deepdiff_full_dump"
-GOAL_1M = "≤1 s and ≥50× faster than deepdiff_full_dump"
+GOAL_1M = "≤ 0.2 s"
 
 
 def run_100k(profiler: cProfile.Profile | None = None) -> Result:
@@ -264,11 +286,9 @@ def run_100k(profiler: cProfile.Profile | None = None) -> Result:
 
 
 def run_1m(profiler: cProfile.Profile | None = None) -> Result:
-    r = _diff_run(1_000_000, 1, profiler)
-    checks = {
-        "≤1 s": r["ours"].median <= 1.0,
-        "≥50× faster than deepdiff_full_dump": r["ours"].median * 50 <= r["deep"].median,
-    }
+    # No deepdiff at 1M (about 270 s a run): the floor is copy_to_stdout.
+    r = _diff_run(1_000_000, 0, profiler)
+    checks = {"≤ 0.2 s": r["ours"].median <= 0.2}
     return _entry(NAME_1M, GOAL_1M, 1_000_000, r, checks)
 
 

@@ -42,6 +42,11 @@ class BoundedConnection(psycopg.Connection[Any]):
         self.limit, self.what, self.setting = limits.teardown, "a teardown statement", TEARDOWN_ENV
         return self
 
+    def for_statements(self, limits: ServerLimits) -> BoundedConnection:
+        """From now on, round trips get the statement limit (the default)."""
+        self.limit, self.what, self.setting = limits.statement, "a statement", STATEMENT_ENV
+        return self
+
     def wait(self, gen: Any, interval: float | None = None, timeout: float | None = None) -> Any:
         kw: dict[str, Any] = {"timeout": self.limit if timeout is None else timeout}
         if interval is not None:

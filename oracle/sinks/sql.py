@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from types import MappingProxyType
 from typing import Any
 
@@ -252,9 +252,7 @@ class SqlSink:
                 timeout=self.timeout,
                 where=self.display_url,
             )
-        with self.engine.connect() as conn:
-            dbapi = conn.connection.dbapi_connection
-            assert dbapi is not None
+        with self._server_connection() as dbapi:
             cur = dbapi.cursor()
             try:
                 state = reader.read(cur, self.base)
@@ -265,6 +263,33 @@ class SqlSink:
                 with contextlib.suppress(Exception):
                     cur.close()
                     dbapi.rollback()
+
+    @contextlib.contextmanager
+    def _server_connection(self) -> Iterator[Any]:
+        """A DB-API connection for one snapshot: on PostgreSQL a bounded psycopg connection
+        of its own (no engine round trips to set up), else the engine's."""
+        if self.backend != "postgresql":
+            with self.engine.connect() as conn:
+                yield conn.connection.dbapi_connection
+            return
+        from oracle.sinks.pg_connect import connect
+        from oracle.sinks.sql_postgres import install_loaders
+
+        where = f"PostgreSQL {self.url.host or '127.0.0.1'}:{self.url.port or 5432}"
+        dsn = self.url.set(drivername="postgresql").render_as_string(hide_password=False)
+        pg = connect(
+            ServerLimits.from_env(),
+            where,
+            dsn,
+            application_name=f"oracle-sink-{os.getpid()}",
+            client_encoding="UTF8",
+        )
+        try:
+            if self._tolerant_dates:
+                install_loaders(pg)
+            yield pg
+        finally:
+            pg.close()
 
     def _read(self) -> SqlState:
         with self.engine.connect() as conn:

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from oracle.sinks import pg_watermark
 from oracle.sinks.sql_server import Column, Cursor, parse_json
 from oracle.sinks.sql_state import ColumnInfo, SchemaObject
 
@@ -48,6 +49,9 @@ _NATIVE_READ = {
     "oid",
 }
 _INTEGER = {"int2", "int4", "int8"}
+#: Types whose value as read is a function of the bytes stored in the row alone (no catalog
+#: entry, such as an enum's labels, and no setting the reader does not fix takes part).
+_STORED = _NATIVE_READ | {"json", "jsonb", "interval", "inet", "cidr", "macaddr", "macaddr8"}
 _JSON = {"json", "jsonb"}
 
 _COLUMNS = """
@@ -69,6 +73,31 @@ WHERE a.attrelid = %s::pg_catalog.regclass AND a.attnum > 0 AND NOT a.attisdropp
 ORDER BY a.attnum
 """
 
+#: `_COLUMNS` for every table of a schema at once, with each column's place in the primary
+#: key (NULL when it is not part of it).
+_DESCRIBE = """
+SELECT c.relname, a.attname,
+       pg_catalog.format_type(a.atttypid, a.atttypmod),
+       NOT a.attnotnull,
+       pg_catalog.pg_get_expr(d.adbin, d.adrelid),
+       bt.typname, bt.typtype, bt.typcategory, bt.typsend::pg_catalog.regproc::pg_catalog.text,
+       et.typname, et.typtype,
+       COALESCE(coll.collisdeterministic, true),
+       pg_catalog.array_position(i.indkey::pg_catalog.int2[], a.attnum)
+FROM pg_catalog.pg_class c
+JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid
+JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
+JOIN pg_catalog.pg_type bt
+  ON bt.oid = CASE WHEN t.typtype = 'd' THEN t.typbasetype ELSE t.oid END
+LEFT JOIN pg_catalog.pg_type et ON et.oid = bt.typelem AND bt.typcategory = 'A'
+LEFT JOIN pg_catalog.pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+LEFT JOIN pg_catalog.pg_collation coll ON coll.oid = a.attcollation
+LEFT JOIN pg_catalog.pg_index i ON i.indrelid = c.oid AND i.indisprimary
+WHERE n.nspname = %s AND c.relname = ANY(%s) AND a.attnum > 0 AND NOT a.attisdropped
+ORDER BY c.relname, a.attnum
+"""
+
 _PRIMARY_KEY = """
 SELECT a.attname
 FROM pg_catalog.pg_index i
@@ -83,6 +112,10 @@ def _quote(ident: str) -> str:
     return '"' + ident.replace('"', '""') + '"'
 
 
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
 class PostgresDialect:
     """Catalog queries and expressions for one schema of a PostgreSQL database."""
 
@@ -90,6 +123,8 @@ class PostgresDialect:
 
     def __init__(self, schema: str = "public") -> None:
         self.schema = schema
+        #: Where the transaction `begin` opened stands (see `oracle.sinks.pg_watermark`).
+        self.position: pg_watermark.Position | None = None
 
     def quote(self, ident: str) -> str:
         return _quote(ident)
@@ -99,14 +134,10 @@ class PostgresDialect:
 
     def begin(self, cur: Cursor, timeout: float) -> None:
         cur.connection.rollback()
-        cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-        cur.execute("SELECT pg_catalog.current_setting('server_version_num')::int")
-        (version,) = cur.fetchone()
-        if version < 140000:
-            raise RuntimeError(f"PostgreSQL 14 or newer is needed (the server is {version})")
         # Fixed settings: value texts do not depend on the server's or the agent's defaults,
         # built-ins cannot be shadowed, and a row-level policy raises instead of hiding rows.
-        for setting, value in (
+        # One round trip: the values are constants (no parameters, so one simple query).
+        settings = (
             ("search_path", "pg_catalog, pg_temp"),
             ("TimeZone", "UTC"),
             ("DateStyle", "ISO, YMD"),
@@ -118,8 +149,27 @@ class PostgresDialect:
             ("client_encoding", "UTF8"),
             ("jit", "off"),
             ("lock_timeout", f"{max(1, int(timeout * 1000))}ms"),
-        ):
-            cur.execute("SELECT pg_catalog.set_config(%s, %s, true)", (setting, value))
+        )
+        calls = ", ".join(
+            f"pg_catalog.set_config({_literal(k)}, {_literal(v)}, true)" for k, v in settings
+        )
+        cur.execute(
+            "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY; "
+            f"SELECT pg_catalog.current_setting('server_version_num')::int, "
+            f"{pg_watermark.position_sql()}, {calls}"
+        )
+        cur.nextset()  # past the SET's result
+        row = cur.fetchone()
+        version = row[0]
+        if version < 140000:
+            raise RuntimeError(f"PostgreSQL 14 or newer is needed (the server is {version})")
+        self.position = pg_watermark.position(row[1:5])
+
+    def grouped(self, query: str) -> str:
+        """`query` (a GROUP BY of a whole table by its chunk) planned with hashing: the
+        planner takes the chunk expression for as many groups as rows and would sort the
+        table. Its result is the second of the three (see `ServerReader`)."""
+        return f"SET LOCAL enable_sort = off; {query}; SET LOCAL enable_sort TO DEFAULT"
 
     def tables(self, cur: Cursor) -> list[str]:
         cur.execute(
@@ -138,60 +188,20 @@ class PostgresDialect:
 
     def columns(self, cur: Cursor, table: str) -> list[Column]:
         cur.execute(_COLUMNS, (self.qualified(table),))
-        out = []
-        for (
-            name,
-            typ,
-            nullable,
-            default,
-            base,
-            typtype,
-            category,
-            send,
-            elem,
-            etype,
-            det,
-        ) in cur.fetchall():
-            q = _quote(name)
-            is_json = base in _JSON
-            if base == "json":
-                # json keeps its text as written; the value is the structure (see above).
-                q = f"({q})::pg_catalog.jsonb"
-                send = "pg_catalog.jsonb_send"
-            if base in _NATIVE_HASH or (base in _TEXT and det):
-                hash_expr = q
-            elif send and send != "-":
-                fn = send if "." in send else f"pg_catalog.{send}"
-                hash_expr = f"{fn}({q})"
-            else:
-                hash_expr = f"({q})::pg_catalog.text"
-            decode: Any = None
-            if is_json:
-                select, decode = f"({q})::pg_catalog.text", parse_json
-            elif (
-                base in _NATIVE_READ or typtype == "e" or (category == "A" and elem in _NATIVE_READ)
-            ):
-                select = q
-            elif category == "A" and etype == "e":
-                select = f"({q})::pg_catalog.text[]"
-            else:
-                select = f"({q})::pg_catalog.text"
-            out.append(
-                Column(
-                    info=ColumnInfo(
-                        name=name,
-                        type=typ,
-                        nullable=bool(nullable),
-                        default=default,
-                        is_json=is_json,
-                    ),
-                    hash_expr=hash_expr,
-                    select_expr=select,
-                    decode=decode,
-                    integer=base in _INTEGER,
-                )
-            )
-        return out
+        return [_column(*row) for row in cur.fetchall()]
+
+    def describe(
+        self, cur: Cursor, tables: Sequence[str]
+    ) -> dict[str, tuple[list[Column], tuple[str, ...]]]:
+        """`columns` and `primary_key` of every table in `tables`, in one query."""
+        cur.execute(_DESCRIBE, (self.schema, list(tables)))
+        cols: dict[str, list[Column]] = {t: [] for t in tables}
+        keys: dict[str, list[tuple[int, str]]] = {t: [] for t in tables}
+        for table, *row, place in cur.fetchall():
+            cols[table].append(_column(*row))
+            if place is not None:
+                keys[table].append((int(place), row[0]))
+        return {t: (cols[t], tuple(n for _, n in sorted(keys[t]))) for t in tables}
 
     def primary_key(self, cur: Cursor, table: str) -> tuple[str, ...]:
         cur.execute(_PRIMARY_KEY, (self.qualified(table),))
@@ -214,82 +224,33 @@ class PostgresDialect:
     def objects(self, cur: Cursor, tables: Sequence[str]) -> dict[str, SchemaObject]:
         wanted = set(tables)
         out: dict[str, SchemaObject] = {}
-        s = (self.schema,)
-        cur.execute(
-            "SELECT indexname, tablename, indexdef FROM pg_catalog.pg_indexes "
-            "WHERE schemaname = %s",
-            s,
-        )
-        for name, table, ddl in cur.fetchall():
-            if table in wanted:
+        # One round trip: kind, name, table, definition, one more field per kind.
+        cur.execute(_OBJECTS, {"schema": self.schema})
+        for kind, name, table, ddl, more in cur.fetchall():
+            if kind == "index" and table in wanted:
                 out[f"index:{name}"] = SchemaObject(type="index", name=name, table=table, sql=ddl)
-        cur.execute(
-            "SELECT viewname, definition FROM pg_catalog.pg_views WHERE schemaname = %s "
-            "UNION ALL SELECT matviewname, definition FROM pg_catalog.pg_matviews "
-            "WHERE schemaname = %s",
-            (self.schema, self.schema),
-        )
-        for name, ddl in cur.fetchall():
-            out[f"view:{name}"] = SchemaObject(type="view", name=name, sql=ddl)
-        cur.execute(
-            "SELECT t.tgname, c.relname, pg_catalog.pg_get_triggerdef(t.oid), t.tgenabled "
-            "FROM pg_catalog.pg_trigger t JOIN pg_catalog.pg_class c ON c.oid = t.tgrelid "
-            "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
-            "WHERE NOT t.tgisinternal AND n.nspname = %s",
-            s,
-        )
-        for name, table, ddl, enabled in cur.fetchall():
-            if table in wanted:
+            elif kind == "view":
+                out[f"view:{name}"] = SchemaObject(type="view", name=name, sql=ddl)
+            elif kind == "trigger" and table in wanted:
                 out[f"trigger:{table}.{name}"] = SchemaObject(
-                    type="trigger", name=name, table=table, sql=f"{ddl} [enabled={enabled}]"
+                    type="trigger", name=name, table=table, sql=f"{ddl} [enabled={more}]"
                 )
-        cur.execute(
-            "SELECT con.conname, c.relname, pg_catalog.pg_get_constraintdef(con.oid) "
-            "FROM pg_catalog.pg_constraint con JOIN pg_catalog.pg_class c "
-            "ON c.oid = con.conrelid JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
-            "WHERE n.nspname = %s",
-            s,
-        )
-        for name, table, ddl in cur.fetchall():
-            if table in wanted:
+            elif kind == "constraint" and table in wanted:
                 out[f"constraint:{table}.{name}"] = SchemaObject(
                     type="constraint", name=name, table=table, sql=ddl
                 )
-        cur.execute(
-            "SELECT p.polname, c.relname, p.polcmd, "
-            "pg_catalog.pg_get_expr(p.polqual, p.polrelid) "
-            "FROM pg_catalog.pg_policy p JOIN pg_catalog.pg_class c ON c.oid = p.polrelid "
-            "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s",
-            s,
-        )
-        for name, table, cmd, qual in cur.fetchall():
-            if table in wanted:
+            elif kind == "policy" and table in wanted:
                 out[f"policy:{table}.{name}"] = SchemaObject(
-                    type="policy", name=name, table=table, sql=f"{cmd}: {qual}"
+                    type="policy", name=name, table=table, sql=f"{more}: {ddl}"
                 )
-        cur.execute(
-            "SELECT t.typname, pg_catalog.string_agg(e.enumlabel, ',' ORDER BY e.enumsortorder) "
-            "FROM pg_catalog.pg_type t JOIN pg_catalog.pg_enum e ON e.enumtypid = t.oid "
-            "JOIN pg_catalog.pg_namespace n ON n.oid = t.typnamespace WHERE n.nspname = %s "
-            "GROUP BY t.typname",
-            s,
-        )
-        for name, labels in cur.fetchall():
-            out[f"type:{name}"] = SchemaObject(type="enum", name=name, sql=labels)
-        # Functions and procedures: their whole definition (an agent that replaces one
-        # changes what a trigger or a caller runs).
-        cur.execute(
-            "SELECT p.oid::pg_catalog.regprocedure::pg_catalog.text, p.prokind, "
-            "CASE WHEN p.prokind IN ('f', 'p') THEN pg_catalog.pg_get_functiondef(p.oid) "
-            "ELSE p.prosrc END "
-            "FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n "
-            "ON n.oid = p.pronamespace WHERE n.nspname = %s",
-            s,
-        )
-        for signature, kind, ddl in cur.fetchall():
-            out[f"function:{signature}"] = SchemaObject(
-                type=_PROKIND.get(kind, "function"), name=signature, sql=ddl
-            )
+            elif kind == "enum":
+                out[f"type:{name}"] = SchemaObject(type="enum", name=name, sql=ddl)
+            elif kind == "function":
+                # Functions and procedures: their whole definition (an agent that replaces
+                # one changes what a trigger or a caller runs).
+                out[f"function:{name}"] = SchemaObject(
+                    type=_PROKIND.get(more, "function"), name=name, sql=ddl
+                )
         # Large objects belong to the database, not to a schema, and any role may create
         # them: each is observed by its content.
         cur.execute(
@@ -302,6 +263,95 @@ class PostgresDialect:
             )
         return dict(sorted(out.items()))
 
+
+def _column(
+    name: str,
+    typ: str,
+    nullable: bool,
+    default: str | None,
+    base: str,
+    typtype: str,
+    category: str,
+    send: str | None,
+    elem: str | None,
+    etype: str | None,
+    det: bool,
+) -> Column:
+    """One column as a row of `_COLUMNS` describes it, with how to hash and read it."""
+    q = _quote(name)
+    is_json = base in _JSON
+    if base == "json":
+        # json keeps its text as written; the value is the structure (see above).
+        q = f"({q})::pg_catalog.jsonb"
+        send = "pg_catalog.jsonb_send"
+    if base in _NATIVE_HASH or (base in _TEXT and det):
+        hash_expr = q
+    elif send and send != "-":
+        fn = send if "." in send else f"pg_catalog.{send}"
+        hash_expr = f"{fn}({q})"
+    else:
+        hash_expr = f"({q})::pg_catalog.text"
+    decode: Any = None
+    if is_json:
+        select, decode = f"({q})::pg_catalog.text", parse_json
+    elif base in _NATIVE_READ or typtype == "e" or (category == "A" and elem in _NATIVE_READ):
+        select = q
+    elif category == "A" and etype == "e":
+        select = f"({q})::pg_catalog.text[]"
+    else:
+        select = f"({q})::pg_catalog.text"
+    return Column(
+        info=ColumnInfo(
+            name=name, type=typ, nullable=bool(nullable), default=default, is_json=is_json
+        ),
+        hash_expr=hash_expr,
+        select_expr=select,
+        decode=decode,
+        integer=base in _INTEGER,
+        stored=typtype == "b" and (base in _STORED or (category == "A" and elem in _STORED)),
+    )
+
+
+#: Every schema object but large objects, as (kind, name, table, definition, more).
+_OBJECTS = """
+SELECT 'index', indexname::text, tablename::text, indexdef, NULL::text
+FROM pg_catalog.pg_indexes WHERE schemaname = %(schema)s
+UNION ALL
+SELECT 'view', viewname::text, NULL, definition, NULL FROM pg_catalog.pg_views
+WHERE schemaname = %(schema)s
+UNION ALL
+SELECT 'view', matviewname::text, NULL, definition, NULL FROM pg_catalog.pg_matviews
+WHERE schemaname = %(schema)s
+UNION ALL
+SELECT 'trigger', t.tgname::text, c.relname::text, pg_catalog.pg_get_triggerdef(t.oid),
+       t.tgenabled::text
+FROM pg_catalog.pg_trigger t JOIN pg_catalog.pg_class c ON c.oid = t.tgrelid
+JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+WHERE NOT t.tgisinternal AND n.nspname = %(schema)s
+UNION ALL
+SELECT 'constraint', con.conname::text, c.relname::text,
+       pg_catalog.pg_get_constraintdef(con.oid), NULL
+FROM pg_catalog.pg_constraint con JOIN pg_catalog.pg_class c ON c.oid = con.conrelid
+JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %(schema)s
+UNION ALL
+SELECT 'policy', p.polname::text, c.relname::text,
+       pg_catalog.pg_get_expr(p.polqual, p.polrelid), p.polcmd::text
+FROM pg_catalog.pg_policy p JOIN pg_catalog.pg_class c ON c.oid = p.polrelid
+JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %(schema)s
+UNION ALL
+SELECT 'enum', t.typname::text, NULL,
+       pg_catalog.string_agg(e.enumlabel::text, ',' ORDER BY e.enumsortorder), NULL
+FROM pg_catalog.pg_type t JOIN pg_catalog.pg_enum e ON e.enumtypid = t.oid
+JOIN pg_catalog.pg_namespace n ON n.oid = t.typnamespace WHERE n.nspname = %(schema)s
+GROUP BY t.typname
+UNION ALL
+SELECT 'function', p.oid::pg_catalog.regprocedure::pg_catalog.text, NULL,
+       CASE WHEN p.prokind IN ('f', 'p') THEN pg_catalog.pg_get_functiondef(p.oid)
+       ELSE p.prosrc END,
+       p.prokind::text
+FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
+WHERE n.nspname = %(schema)s
+"""
 
 _PROKIND = {"f": "function", "p": "procedure", "a": "aggregate", "w": "window function"}
 #: Large objects up to this size are kept as text in the state (searched for canaries);

@@ -24,7 +24,11 @@ Why this is sound:
   (a multiset); sums are exact (no wrap-around) on both servers;
 - the reused rows are certified by the digests the server computed *now*, on this database: a
   base that came from anywhere (the template, an earlier trial) can save work but never changes
-  what the snapshot says;
+  what the snapshot says. One exception, on PostgreSQL: when the base was read from this very
+  database (or from one a fixture declared this one a copy of), and every column's value is its
+  stored bytes, the rows' ``xmin`` tell which chunks hold exactly the base's row versions; only
+  the others are counted, fetched and hashed, and the state is the one a full hash gives
+  (`oracle.sinks.pg_watermark`);
 - the seed is secret, so nobody can choose a change whose hashes cancel;
 - nothing is kept in the database: no trigger, helper table or function the agent could drop,
   disable or replace. Built-in functions are called schema-qualified under a fixed
@@ -44,6 +48,7 @@ from typing import Any, Protocol
 
 from oracle.base.canonical import JSON_NULL, digest_json, row_digest
 from oracle.evidence.snapshot import SnapshotError
+from oracle.sinks import pg_watermark
 from oracle.sinks.sql_state import (
     Chunk,
     ChunkedView,
@@ -80,6 +85,8 @@ class Column:
     select_expr: str
     decode: Callable[[Any], Any] | None = None
     integer: bool = False
+    #: Its value as read depends on the bytes stored in the row alone (see `Watermark`).
+    stored: bool = False
 
 
 class Dialect(Protocol):
@@ -173,6 +180,9 @@ class ServerReader:
         self.where = where
         #: Rows fetched and chunks reused by the last read (for benchmarks and tests).
         self.stats: dict[str, int] = {}
+        #: The base's watermark, when this read may use it; the seen xmins of this read.
+        self._mark: pg_watermark.Watermark | None = None
+        self._seen: dict[str, frozenset[int]] = {}
 
     def _error(self, table: str | None, exc: BaseException) -> SnapshotError:
         what = f"table {table!r} of {self.where}" if table else self.where
@@ -181,7 +191,13 @@ class ServerReader:
 
     def read(self, cur: Cursor, base: SqlState | None) -> SqlState:
         """Every selected table and the schema objects, in one read-only transaction."""
-        self.stats = {"rows_fetched": 0, "chunks_reused": 0, "chunks_fetched": 0}
+        self.stats = {
+            "rows_fetched": 0,
+            "chunks_reused": 0,
+            "chunks_fetched": 0,
+            # Tables whose unchanged chunks were told by their rows' xmin, not their hashes.
+            "tables_by_xmin": 0,
+        }
         try:
             self.dialect.begin(cur, self.timeout)
             present = self.dialect.tables(cur)
@@ -194,11 +210,22 @@ class ServerReader:
         if hidden is not None:
             raise SnapshotError(self.sink, f"cannot observe every table of {self.where}: {hidden}")
         names = self._select(present)
+        described: dict[str, tuple[list[Column], tuple[str, ...]]] = {}
+        describe = getattr(self.dialect, "describe", None)
+        now: pg_watermark.Position | None = getattr(self.dialect, "position", None)
+        mark = pg_watermark.of(base)
+        self._mark = mark if mark is not None and now is not None and mark.usable(now) else None
+        self._seen = {}
+        try:
+            if describe is not None and names:
+                described = describe(cur, names)
+        except Exception as exc:
+            raise self._error(None, exc) from exc
         tables: dict[str, TableState] = {}
         for name in names:
             try:
                 old = base.tables.get(name) if base is not None else None
-                tables[name] = self._table(cur, name, old)
+                tables[name] = self._table(cur, name, old, described.get(name), now)
             except SnapshotError:
                 raise
             except Exception as exc:
@@ -207,7 +234,10 @@ class ServerReader:
             objects = self.dialect.objects(cur, names)
         except Exception as exc:
             raise self._error(None, exc) from exc
-        return SqlState(MappingProxyType(tables), MappingProxyType(objects))
+        state = SqlState(MappingProxyType(tables), MappingProxyType(objects))
+        if now is not None:
+            pg_watermark.attach(state, pg_watermark.Watermark(now, MappingProxyType(self._seen)))
+        return state
 
     def _select(self, present: Sequence[str]) -> list[str]:
         if self.tables is None:
@@ -226,13 +256,21 @@ class ServerReader:
 
     # -- one table ---------------------------------------------------------------------------
 
-    def _table(self, cur: Cursor, name: str, old: TableState | None) -> TableState:
+    def _table(
+        self,
+        cur: Cursor,
+        name: str,
+        old: TableState | None,
+        described: tuple[list[Column], tuple[str, ...]] | None = None,
+        now: pg_watermark.Position | None = None,
+    ) -> TableState:
         d = self.dialect
-        columns = d.columns(cur, name)
+        columns, pk = described or (d.columns(cur, name), ())
         if not columns:
             raise SnapshotError(self.sink, f"table {name!r} of {self.where} has no columns")
         infos = tuple(c.info for c in columns)
-        pk = d.primary_key(cur, name)
+        if described is None:
+            pk = d.primary_key(cur, name)
         by_name = {c.info.name: c for c in columns}
         pk_cols = [by_name[c] for c in pk]
         if len(pk_cols) == 1 and pk_cols[0].integer:
@@ -259,18 +297,61 @@ class ServerReader:
         else:
             chunking = self._new_chunking(cur, table, mode, pk_cols)
         bucket = self._bucket_expr(chunking, pk_cols)
-        cur.execute(
-            f"SELECT {bucket}, count(*), sum({d.row_hash(columns, PROCESS_SEED)}) "
-            f"FROM {table} GROUP BY 1"
-        )
-        server = {int(b): (int(n), int(s)) for b, n, s in cur.fetchall()}
         old_chunks: Mapping[int, Chunk] = old.chunks if reuse and old and old.chunks else {}
-        wanted = sorted(
-            b for b, dg in server.items() if (c := old_chunks.get(b)) is None or c.digest != dg
-        )
-        self.stats["chunks_reused"] += len(server) - len(wanted)
+        stored = now is not None and all(c.stored for c in columns)
+        old_rows = self._mark.old(name) if self._mark and reuse and stored else None
+        row_hash = d.row_hash(columns, PROCESS_SEED)
+        if old_rows is not None:
+            # Counts only: old row versions are the base's (see oracle.sinks.pg_watermark).
+            self._grouped(
+                cur,
+                f"SELECT {bucket}, count(*), count(*) FILTER (WHERE NOT {old_rows}) "
+                f"FROM {table} GROUP BY 1",
+            )
+            counts = {int(b): (int(n), int(new)) for b, n, new in cur.fetchall()}
+            wanted = sorted(
+                b
+                for b, (n, new) in counts.items()
+                if new or (c := old_chunks.get(b)) is None or c.digest[0] != n
+            )
+            extra = [row_hash, "xmin::pg_catalog.text::pg_catalog.int8"]
+            self.stats["tables_by_xmin"] += 1
+        else:
+            self._grouped(
+                cur, f"SELECT {bucket}, count(*), sum({row_hash}) FROM {table} GROUP BY 1"
+            )
+            server = {int(b): (int(n), int(s)) for b, n, s in cur.fetchall()}
+            counts = {b: (n, 0) for b, (n, _) in server.items()}
+            wanted = sorted(
+                b for b, dg in server.items() if (c := old_chunks.get(b)) is None or c.digest != dg
+            )
+            extra = []
+        self.stats["chunks_reused"] += len(counts) - len(wanted)
         self.stats["chunks_fetched"] += len(wanted)
-        fetched = self._fetch(cur, table, columns, pk_cols, chunking, bucket, wanted, len(server))
+        fetched, extras = self._fetch(
+            cur, table, columns, pk_cols, chunking, bucket, wanted, len(counts), extra
+        )
+        if old_rows is not None:
+            server = {
+                b: (len(fetched[b]), sum(h for h, _ in extras[b]))
+                if b in fetched
+                else old_chunks[b].digest
+                for b in counts
+            }
+            if now is not None and self._mark is not None:
+                seen = self._mark.seen.get(name, frozenset())
+                xids = [x & 0xFFFFFFFF for part in extras.values() for _, x in part]
+                kept = pg_watermark.since(now, [*seen, *xids])
+                if kept is not None:
+                    self._seen[name] = kept
+        elif stored and now is not None:
+            cur.execute(
+                f"SELECT DISTINCT xmin::pg_catalog.text::pg_catalog.int8 FROM {table} "
+                f"WHERE {pg_watermark.not_before(now)} LIMIT {pg_watermark.SEEN_LIMIT + 1}"
+            )
+            kept = pg_watermark.since(now, [int(r[0]) for r in cur.fetchall()])
+            if kept is not None:
+                self._seen[name] = kept
         chunks: dict[int, Chunk] = {}
         for b in sorted(server):
             if b in fetched:
@@ -279,7 +360,7 @@ class ServerReader:
             else:
                 chunk = old_chunks[b]
             chunks[b] = chunk
-        for b, (n, _) in server.items():
+        for b, (n, _) in counts.items():
             if len(chunks[b].rows) != n:
                 raise SnapshotError(
                     self.sink,
@@ -310,6 +391,15 @@ class ServerReader:
             chunks=frozen,
         )
 
+    def _grouped(self, cur: Cursor, query: str) -> None:
+        """Run a per-chunk aggregate, as the dialect plans it best; its rows are next."""
+        plan = getattr(self.dialect, "grouped", None)
+        if plan is None:
+            cur.execute(query)
+            return
+        cur.execute(plan(query))
+        cur.nextset()
+
     def _new_chunking(
         self, cur: Cursor, table: str, mode: str, pk_cols: Sequence[Column]
     ) -> Chunking:
@@ -339,10 +429,13 @@ class ServerReader:
         bucket: str,
         wanted: Sequence[int],
         total: int,
-    ) -> dict[int, list[Row]]:
+        extra: Sequence[str] = (),
+    ) -> tuple[dict[int, list[Row]], dict[int, list[Row]]]:
+        """The rows of the `wanted` chunks, and per chunk the values of `extra` for each row
+        (expressions read beside the row, in the same order)."""
         if not wanted:
-            return {}
-        select = ", ".join(c.select_expr for c in columns)
+            return {}, {}
+        select = ", ".join([*extra, *(c.select_expr for c in columns)])
         where = ""
         if len(wanted) < total:
             if chunking.mode == "range" and len(wanted) <= MAX_RANGES:
@@ -354,24 +447,30 @@ class ServerReader:
                 where = " WHERE " + " OR ".join(ranges)
             else:
                 where = " WHERE " + self.dialect.bucket_list(bucket, wanted)
-        order = ", ".join(c.select_expr for c in pk_cols) or select
+        order = ", ".join(c.select_expr for c in pk_cols) or ", ".join(
+            c.select_expr for c in columns
+        )
         cur.execute(f"SELECT {bucket}, {select} FROM {table}{where} ORDER BY {order}")
         decoders = [(i, c.decode) for i, c in enumerate(columns) if c.decode is not None]
         out: dict[int, list[Row]] = {b: [] for b in wanted}
+        more: dict[int, list[Row]] = {b: [] for b in wanted}
+        k = 1 + len(extra)
         for raw in cur.fetchall():
             b = raw[0] if type(raw[0]) is int else int(raw[0])
             part = out.get(b)
             if part is None:
                 continue
+            if k > 1:
+                more[b].append(tuple(int(v) for v in raw[1:k]))
             if decoders:
-                row = list(raw[1:])
+                row = list(raw[k:])
                 for i, fn in decoders:
                     row[i] = fn(row[i])
                 part.append(tuple(row))
             else:
-                part.append(tuple(raw[1:]))
+                part.append(tuple(raw[k:]))
         self.stats["rows_fetched"] += sum(len(v) for v in out.values())
-        return out
+        return out, more
 
     @staticmethod
     def _chunk(
