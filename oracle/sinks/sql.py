@@ -9,6 +9,9 @@ tables at once and looks field by field only at rows whose digests differ.
 On PostgreSQL and MariaDB the database computes the digests (`oracle.sinks.sql_server`): each
 snapshot asks for per-chunk digests and fetches rows only for chunks that differ from the
 sink's previous snapshot, so its cost grows with the changes rather than with the tables.
+On SQLite a snapshot compares the database's pages with those of the sink's previous snapshot
+and reads only the rows on pages that changed (`oracle.sinks.sqlite_pages`); `fallback` says
+why one read everything instead.
 
 Example::
 
@@ -44,6 +47,7 @@ from oracle.sinks.sql_state import (
     TableState,
     build_table,
 )
+from oracle.sinks.sqlite_pages import PageReader
 
 SERVER_BACKENDS = ("postgresql", "mysql", "mariadb")
 
@@ -94,8 +98,8 @@ class SqlSink:
         self.display_url = display_url or self.url.render_as_string(hide_password=True)
         self.schema = schema
         self._engine: Engine | None = None
-        #: The state of the last snapshot, whose unchanged chunks the next one reuses (server
-        #: digests only). A fixture may set it to the seed's state after a reset.
+        #: The state of the last snapshot, whose unchanged chunks (server digests) or pages
+        #: (SQLite) the next one reuses. A fixture may set it to the seed's state after a reset.
         self.base: SqlState | None = None
         #: Called after every read, inside the snapshot: each raises `SnapshotError` when
         #: something the snapshot relies on was tampered with (a fixture's template, say).
@@ -109,6 +113,7 @@ class SqlSink:
         self.on_snapshot: Callable[[SqlState], None] | None = None
         self._expected: tuple[str, str, Callable[[Snapshot], None] | None] | None = None
         self._reader: ServerReader | None = None
+        self._pages = PageReader(name)
         # psycopg's fast (C) date loaders fail on 'infinity'; the tolerant ones are slower,
         # so they are used only once a database showed it holds such values.
         self._tolerant_dates = False
@@ -128,8 +133,23 @@ class SqlSink:
 
     @property
     def last_read(self) -> dict[str, int]:
-        """Rows fetched and chunks reused by the last snapshot (server digests only)."""
+        """Rows fetched and chunks (server digests) or pages (SQLite) reused by the last
+        snapshot."""
+        if self.backend == "sqlite":
+            return dict(self._pages.stats)
         return dict(self._reader.stats) if self._reader is not None else {}
+
+    @property
+    def fallback(self) -> str | None:
+        """SQLite: why the last snapshot read the whole database rather than only the pages
+        that changed since its base (None when it read only those); see
+        `oracle.sinks.sqlite_pages`. Tables read whole on their own are in `table_fallbacks`."""
+        return self._pages.fallback
+
+    @property
+    def table_fallbacks(self) -> dict[str, str]:
+        """SQLite: the tables the last snapshot read whole although it compared pages, and why."""
+        return dict(self._pages.table_fallbacks)
 
     @property
     def engine(self) -> Engine:
@@ -215,7 +235,7 @@ class SqlSink:
             }
         )
         snap = Snapshot(self.name, KIND, digest, state, started)
-        if self.server_digests:
+        if self.server_digests or self.backend == "sqlite":
             self.base = state
         if self.on_snapshot is not None:
             self.on_snapshot(state)
@@ -300,12 +320,26 @@ class SqlSink:
                 conn.exec_driver_sql("BEGIN")
             try:
                 inspector = sa.inspect(conn)
+                if sqlite:
+                    return self._read_sqlite(conn, inspector)
                 names = self._select_tables(inspector.get_table_names())
                 tables = {name: self._read_table(conn, inspector, name) for name in names}
                 objects = self._read_objects(conn, inspector, names)
             finally:
                 conn.rollback()
         return SqlState(MappingProxyType(tables), MappingProxyType(objects))
+
+    def _read_sqlite(self, conn: sa.Connection, inspector: sa.Inspector) -> SqlState:
+        """Only the rows on pages that changed since `base` (`oracle.sinks.sqlite_pages`)."""
+        state, image = self._pages.read(
+            conn.connection.dbapi_connection,
+            self.base,
+            lambda: self._select_tables(inspector.get_table_names()),
+            lambda name: self._read_table(conn, inspector, name),
+            lambda names: self._read_objects(conn, inspector, names),
+        )
+        self._pages.remember(state, image)
+        return state
 
     def _select_tables(self, present: Sequence[str]) -> list[str]:
         if self.tables is None:
@@ -379,4 +413,8 @@ class SqlSink:
 
     def diff(self, before: Snapshot, after: Snapshot) -> SqlDiff:
         """Typed changes: schema first, then rows table by table."""
+        if self.backend == "sqlite":
+            # Two states this sink read compare only the leaf pages whose rows differ.
+            chunked = self._pages.chunked
+            return diff_states(self.name, chunked(before.state), chunked(after.state))
         return diff_states(self.name, before.state, after.state)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import base64
 import datetime
 import json
+import math
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
@@ -416,6 +417,9 @@ def _same(x: Any, y: Any) -> bool:
         return False
     if type(x) in _EXACT_EQ:
         return bool(x == y)
+    if type(x) is float and x == y:
+        # Equal floats write alike but for the sign of zero (a NaN is never equal).
+        return math.copysign(1.0, x) == math.copysign(1.0, y)
     return row_digest((x,)) == row_digest((y,))
 
 
