@@ -397,3 +397,24 @@ def test_idle_processes_stop_when_the_interpreter_exits(tmp_path: Path):
     pid = int(out.stdout)
     # atexit stopped it (and waited for it) before the interpreter was gone.
     assert _gone(pid)
+
+
+def test_every_lease_gets_a_ca_of_its_own_with_an_ecdsa_key(origin: Origin):
+    """The CA of a fresh process and of each later lease: a CA certificate of an ECDSA
+    P-256 key (made in a fraction of a millisecond), never the same twice."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    seen = []
+    for name in ("one", "two", "three"):
+        rec = EgressRecorder(_allow(origin), name=name)
+        rec.start()
+        try:
+            cert = x509.load_pem_x509_certificate(rec.ca_cert.read_bytes())
+        finally:
+            rec.stop()
+        key = cert.public_key()
+        assert isinstance(key, ec.EllipticCurvePublicKey) and key.curve.name == "secp256r1"
+        assert cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+        seen.append(cert.fingerprint(cert.signature_hash_algorithm))
+    assert len(set(seen)) == 3
