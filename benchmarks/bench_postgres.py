@@ -30,7 +30,17 @@ from contextlib import contextmanager
 from typing import Any
 
 import psycopg
-from common import Result, Stopwatch, Timing, measure, measure_call, profile_call, result
+from common import (
+    Result,
+    Stopwatch,
+    Timing,
+    measure,
+    measure_call,
+    profile_call,
+    repeats_of,
+    result,
+    sized,
+)
 from deepdiff import DeepDiff
 
 from oracle.fixtures.pg_server import Server
@@ -63,6 +73,7 @@ INSERT INTO t (id, name) VALUES (0, 'before the first'), ({gap}, 'between two ke
 
 REPEATS_OURS = 5
 REPEATS_COPY = 5
+REPEATS_TRIAL = 3
 
 
 def _admin() -> Any:
@@ -187,7 +198,7 @@ def _diff_run(rows: int, deepdiff_repeats: int, profiler: cProfile.Profile | Non
             last["ours"] = d
             last["read"] = sink_a.last_read
 
-        ours = measure(ours_once, REPEATS_OURS)
+        ours = measure(ours_once, repeats_of(REPEATS_OURS))
         _check_ours(last.pop("ours"), rows)
         read = last.pop("read")
 
@@ -201,10 +212,10 @@ def _diff_run(rows: int, deepdiff_repeats: int, profiler: cProfile.Profile | Non
             assert sink_b.last_read["rows_fetched"] == 0
             last["trial"] = d
 
-        trial = measure(trial_once, 3)
+        trial = measure(trial_once, repeats_of(REPEATS_TRIAL))
         _check_ours(last.pop("trial"), rows)
 
-        floor = measure_call(lambda: copy_out(changed), REPEATS_COPY)
+        floor = measure_call(lambda: copy_out(changed), repeats_of(REPEATS_COPY))
 
         def deepdiff_once(sw: Stopwatch) -> None:
             with sw.running():
@@ -213,7 +224,7 @@ def _diff_run(rows: int, deepdiff_repeats: int, profiler: cProfile.Profile | Non
 
         deep: Timing | None = None
         if deepdiff_repeats:
-            deep = measure(deepdiff_once, deepdiff_repeats)
+            deep = measure(deepdiff_once, repeats_of(deepdiff_repeats))
             dd = last.pop("deepdiff")
             assert len(dd.get("dictionary_item_added", ())) == 3
             assert len(dd.get("dictionary_item_removed", ())) == 3
@@ -280,16 +291,18 @@ GOAL_1M = "≤ 0.2 s"
 
 
 def run_100k(profiler: cProfile.Profile | None = None) -> Result:
-    r = _diff_run(100_000, 3, profiler)
+    rows = sized(100_000, 10_000)
+    r = _diff_run(rows, 1, profiler)  # deepdiff once: about 30 s a run
     checks = {"≥50× faster than deepdiff_full_dump": r["ours"].median * 50 <= r["deep"].median}
-    return _entry(NAME_100K, GOAL_100K, 100_000, r, checks)
+    return _entry(NAME_100K, GOAL_100K, rows, r, checks)
 
 
 def run_1m(profiler: cProfile.Profile | None = None) -> Result:
     # No deepdiff at 1M (about 270 s a run): the floor is copy_to_stdout.
-    r = _diff_run(1_000_000, 0, profiler)
+    rows = sized(1_000_000, 20_000)
+    r = _diff_run(rows, 0, profiler)
     checks = {"≤ 0.2 s": r["ours"].median <= 0.2}
-    return _entry(NAME_1M, GOAL_1M, 1_000_000, r, checks)
+    return _entry(NAME_1M, GOAL_1M, rows, r, checks)
 
 
 # -- reset ----------------------------------------------------------------------------------
@@ -297,10 +310,13 @@ def run_1m(profiler: cProfile.Profile | None = None) -> Result:
 NAME_RESET = "postgres per-trial reset of a 100k-row database"
 GOAL_RESET = "template reset ≤300 ms"
 RESET_ROWS = 100_000
+REPEATS_RESET = 7
+REPEATS_RESEED = 3
 
 
 def run_reset(profiler: cProfile.Profile | None = None) -> Result:
-    seed_sql = TABLE.format(rows=RESET_ROWS)
+    rows = sized(RESET_ROWS, 10_000)
+    seed_sql = TABLE.format(rows=rows)
     server = Server.from_url(None)
     database = _name("reset")
     sink = SqlSink("db", URL.format(database))
@@ -308,7 +324,7 @@ def run_reset(profiler: cProfile.Profile | None = None) -> Result:
     try:
         fixture.seed()
         fixture.reset()
-        ours = measure_call(fixture.reset, 7)
+        ours = measure_call(fixture.reset, repeats_of(REPEATS_RESET))
         sink.snapshot()  # the reset left the seed, whole
         assert sink.last_read["rows_fetched"] == 0
 
@@ -320,7 +336,7 @@ def run_reset(profiler: cProfile.Profile | None = None) -> Result:
                 t.execute(seed_sql)
                 t.commit()
 
-        base = measure_call(reseed, 3)
+        base = measure_call(reseed, repeats_of(REPEATS_RESEED))
         profile_call(fixture.reset, profiler)
     finally:
         fixture.teardown()
@@ -330,7 +346,7 @@ def run_reset(profiler: cProfile.Profile | None = None) -> Result:
         ours=ours,
         baselines={"drop_and_reseed": base},
         checks={"template reset ≤300 ms": ours.median <= 0.3},
-        params={"rows": RESET_ROWS, "columns": 7},
+        params={"rows": rows, "columns": 7},
         notes=(
             "ours = PostgresFixture.reset(): check the template's catalog fingerprint, rename "
             "the last trial's database aside (dropped by a background thread), CREATE DATABASE "

@@ -32,8 +32,10 @@ from common import (
     measure,
     measure_call,
     profile_call,
+    repeats_of,
     result,
     scratch,
+    sized,
 )
 from deepdiff import DeepDiff
 
@@ -54,6 +56,7 @@ REPEATS_OURS = 5
 REPEATS_OURS_FULL = 3  # over a second each
 REPEATS_RAW = 5
 REPEATS_DEEPDIFF = 1  # tens of seconds
+QUICK_ROWS = 10_000
 
 
 def _columns() -> list[tuple[str, str]]:
@@ -73,7 +76,9 @@ def _words(rng: random.Random, n: int) -> list[str]:
     return sorted(words)
 
 
-def make_databases(work: Path) -> tuple[Path, Path, list[int]]:
+def make_databases(
+    work: Path, n_rows: int = ROWS, n_changed: int = CHANGED
+) -> tuple[Path, Path, list[int]]:
     """Write before.sqlite and after.sqlite; return their paths and the changed ids."""
     rng = random.Random(SEED)
     words = _words(rng, 5_000)
@@ -94,7 +99,7 @@ def make_databases(work: Path) -> tuple[Path, Path, list[int]]:
                     for is_text in text
                 ),
             )
-            for i in range(1, ROWS + 1)
+            for i in range(1, n_rows + 1)
         )
         marks = ", ".join("?" * (len(cols) + 1))
         with con:
@@ -102,7 +107,7 @@ def make_databases(work: Path) -> tuple[Path, Path, list[int]]:
     finally:
         con.close()
     shutil.copyfile(before, after)
-    changed = sorted(rng.sample(range(1, ROWS + 1), CHANGED))
+    changed = sorted(rng.sample(range(1, n_rows + 1), n_changed))
     con = sqlite3.connect(after)
     try:
         with con:
@@ -154,12 +159,12 @@ def deepdiff_full_dump(before: Path, after: Path) -> DeepDiff:
 
 
 def _check_ours(d: SqlDiff, changed: list[int]) -> None:
-    rows = d.changed("t")
-    assert len(rows) == CHANGED, f"ours reports {len(rows)} changed rows, expected {CHANGED}"
+    rows, n = d.changed("t"), len(changed)
+    assert len(rows) == n, f"ours reports {len(rows)} changed rows, expected {n}"
     assert sorted(r.key[0] for r in rows) == changed, "ours reports other rows than were changed"
     assert all(set(r.fields) == {CHANGED_COLUMN} for r in rows), "ours reports other columns"
     assert not d.added("t") and not d.removed("t"), "ours reports added or removed rows"
-    assert len(d.changes) == CHANGED, f"ours reports {len(d.changes)} changes in all"
+    assert len(d.changes) == n, f"ours reports {len(d.changes)} changes in all"
 
 
 def _check_deepdiff(dd: DeepDiff, changed: list[int]) -> None:
@@ -170,8 +175,12 @@ def _check_deepdiff(dd: DeepDiff, changed: list[int]) -> None:
 
 
 def run(profiler: cProfile.Profile | None = None) -> Result:
+    n_rows = sized(ROWS, QUICK_ROWS)
+    n_changed = n_rows * CHANGED // ROWS
+    reps_raw, reps_ours = repeats_of(REPEATS_RAW), repeats_of(REPEATS_OURS)
+    reps_full, reps_deep = repeats_of(REPEATS_OURS_FULL), repeats_of(REPEATS_DEEPDIFF)
     with scratch("sqlite") as work:
-        before_path, after_path, changed = make_databases(work)
+        before_path, after_path, changed = make_databases(work, n_rows, n_changed)
         before_url, after_url = _url(before_path), _url(after_path)
         file_bytes = before_path.stat().st_size
 
@@ -202,10 +211,10 @@ def run(profiler: cProfile.Profile | None = None) -> Result:
 
         # Each sample of ours next to one of its floor: the machine's load moves between them.
         raw, ours = Timing(), Timing()
-        for n in range(max(REPEATS_RAW, REPEATS_OURS)):
-            if n < REPEATS_RAW:
+        for n in range(max(reps_raw, reps_ours)):
+            if n < reps_raw:
                 raw.samples += measure_call(lambda: raw_read(after_path), 1).samples
-            if n < REPEATS_OURS:
+            if n < reps_ours:
                 ours.samples += measure(ours_once, 1).samples
         _check_ours(last.pop("ours"), changed)
         ours_read = last.pop("read")
@@ -224,12 +233,12 @@ def run(profiler: cProfile.Profile | None = None) -> Result:
             last["full"] = d
 
         raw_both, ours_full = Timing(), Timing()
-        for n in range(max(REPEATS_RAW, REPEATS_OURS_FULL)):
-            if n < REPEATS_RAW:
+        for n in range(max(reps_raw, reps_full)):
+            if n < reps_raw:
                 raw_both.samples += measure_call(
                     lambda: (raw_read(before_path), raw_read(after_path)), 1
                 ).samples
-            if n < REPEATS_OURS_FULL:
+            if n < reps_full:
                 ours_full.samples += measure(ours_full_once, 1).samples
         _check_ours(last.pop("full"), changed)
 
@@ -238,7 +247,7 @@ def run(profiler: cProfile.Profile | None = None) -> Result:
                 dd = deepdiff_full_dump(before_path, after_path)
             last["deepdiff"] = dd
 
-        deep = measure(deepdiff_once, REPEATS_DEEPDIFF)
+        deep = measure(deepdiff_once, reps_deep)
         _check_deepdiff(last.pop("deepdiff"), changed)
 
         def ours_profiled() -> None:
@@ -268,11 +277,11 @@ def run(profiler: cProfile.Profile | None = None) -> Result:
         checks=checks,
         extra={"ours_full": ours_full},
         params={
-            "rows": ROWS,
+            "rows": n_rows,
             "columns": 1 + TEXT_COLUMNS + REAL_COLUMNS,
             "text_columns": TEXT_COLUMNS,
             "real_columns": REAL_COLUMNS,
-            "changed_rows": CHANGED,
+            "changed_rows": n_changed,
             "changed_column": CHANGED_COLUMN,
             "file_bytes": file_bytes,
             "ours_read": ours_read,
