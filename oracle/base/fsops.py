@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import itertools
 import os
+import queue
 import shutil
 import stat
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -26,3 +31,63 @@ def remove_tree(path: Path) -> None:
         path.unlink()
     elif path.exists():
         shutil.rmtree(path, onexc=retry)
+
+
+class _Discarder:
+    """One background thread that removes the trees `discard_tree` moved aside, in order."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.todo: queue.SimpleQueue[Path | None] = queue.SimpleQueue()
+        self.thread: threading.Thread | None = None
+        self.names = itertools.count(1)
+
+    def put(self, path: Path) -> None:
+        with self.lock:
+            if self.thread is None or not self.thread.is_alive():
+                self.thread = threading.Thread(target=self._run, name="oracle-discard", daemon=True)
+                self.thread.start()
+        self.todo.put(path)
+
+    def _run(self) -> None:
+        while (path := self.todo.get()) is not None:
+            with contextlib.suppress(OSError):
+                remove_tree(path)
+
+    def drain(self, timeout: float = 60.0) -> None:
+        """Wait until every tree moved aside so far is gone (at exit)."""
+        thread = self.thread
+        if thread is not None and thread.is_alive():
+            self.todo.put(None)
+            thread.join(timeout)
+
+
+_DISCARDER = _Discarder()
+
+
+@atexit.register
+def _drain() -> None:
+    _DISCARDER.drain()
+
+
+# A forked child has none of its parent's threads: it starts a discarder of its own if it
+# needs one, and leaves what its parent moved aside to the parent.
+os.register_at_fork(after_in_child=lambda: globals().update(_DISCARDER=_Discarder()))
+
+
+def discard_tree(path: Path) -> None:
+    """Remove `path` as `remove_tree` does, but off the caller's time: it is renamed aside at
+    once (``.<name>.discarded-<pid>-<n>`` beside it, so its name is free again and nothing
+    reaches it by its path), then removed by a background thread; the process waits for the
+    rest at exit. Where it cannot be renamed it is removed here and now."""
+    if not path.exists() and not path.is_symlink():
+        return
+    aside = path.with_name(f".{path.name}.discarded-{os.getpid()}-{next(_DISCARDER.names)}")
+    try:
+        os.rename(path, aside)
+    except FileNotFoundError:
+        return
+    except OSError:
+        remove_tree(path)
+        return
+    _DISCARDER.put(aside)

@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -32,7 +31,7 @@ import sqlalchemy as sa
 from oracle.authoring import sandbox_view
 from oracle.authoring.limits import Limits, format_size
 from oracle.authoring.task import Task
-from oracle.base.fsops import remove_tree
+from oracle.base.fsops import discard_tree, remove_tree
 from oracle.base.globs import check_relative
 from oracle.base.signing import default_key_folder
 from oracle.evidence.diff import Diff, SinkDiff
@@ -304,7 +303,8 @@ class Sandbox:
             self.folder.unmount()
             self.folder = None
         if self.dir is not None:
-            shutil.rmtree(self.dir, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                discard_tree(self.dir)  # its name is free at once; removed in the background
             self.dir = None
 
     def view(self, private: Sequence[Path] = ()) -> SandboxView:
