@@ -62,8 +62,17 @@ trial: $(STAMP) system-deps
 	rm -rf runs/demo
 	$(BIN)/oracle demo tasks/demo tasks/github --out runs/demo
 
+# `make test` runs the tests in PYTEST_WORKERS processes side by side (pytest-xdist), a file
+# to a worker (its module fixtures: one browser, one eval log, are made once): most tests wait
+# on servers, subprocesses and sockets, so even two cores gain from more workers than
+# cores. PYTEST_WORKERS=1 runs them in one process, as plain pytest does; TEST_ARGS is passed on
+# (`make test TEST_ARGS="tests/sinks -x"`).
+PYTEST_WORKERS ?= 3
+TEST_ARGS ?=
+PYTEST_PARALLEL = $(if $(filter 0 1,$(PYTEST_WORKERS)),-n 0,-n $(PYTEST_WORKERS) --dist loadfile)
+
 test: $(STAMP) system-deps
-	RAY_USAGE_STATS_ENABLED=0 $(BIN)/pytest
+	RAY_USAGE_STATS_ENABLED=0 $(BIN)/pytest $(PYTEST_PARALLEL) $(TEST_ARGS)
 
 bench: $(STAMP) system-deps
 	$(BIN)/python benchmarks/run.py

@@ -8,11 +8,14 @@ where it fails.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import socket
 import sqlite3
+import tempfile
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -61,6 +64,31 @@ def require_engine() -> None:
         if os.environ.get("ORACLE_REQUIRE_SERVICES") == "1":
             pytest.fail(message + " and ORACLE_REQUIRE_SERVICES=1")
         pytest.skip(message)
+
+
+@contextlib.contextmanager
+def project_folder(name: str) -> Iterator[Path]:
+    """A fresh folder under the checkout (outside the temporary folder, which every sandbox
+    hides wholesale), removed afterwards. Its name is unique, so tests side by side (in other
+    worker processes, or other runs on the same checkout) never share or remove one another's.
+    """
+    top = REPO / ".test-archives"
+    top.mkdir(exist_ok=True)
+    path = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=top))
+    path.chmod(0o755)  # as a plain mkdir makes it: mkdtemp's 0700 would hide it from others
+    try:
+        yield path
+    finally:
+        # `top` stays: removing it could pull it away from a test beside this one making its own.
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def outside_tmp(tmp_path: Path) -> Iterator[Path]:
+    """A folder outside the temporary folder: on the host's filesystem that an isolated agent
+    sees read-only unless hidden, where a program can be an isolated agent's."""
+    with project_folder(tmp_path.name) as path:
+        yield path
 
 
 def agent(fn: Callable[[SandboxView], object], name: str | None = None) -> CallableAgent:

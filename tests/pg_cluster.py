@@ -63,37 +63,66 @@ def private_cluster() -> Iterator[int]:
     for d in (data, run):
         d.mkdir()
         os.chown(d, user.pw_uid, user.pw_gid)
-    port = _free_port()
 
-    def as_postgres(*args: str) -> None:
-        done = subprocess.run(
+    def as_postgres(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
             ["runuser", "-u", "postgres", "--", *args],
             capture_output=True,
             text=True,
             timeout=120,
             check=False,
         )
-        assert done.returncode == 0, f"{args[0]} failed: {done.stdout}{done.stderr}"
+
+    def check(done: subprocess.CompletedProcess[str]) -> None:
+        assert done.returncode == 0, f"{done.args[3]} failed: {done.stdout}{done.stderr}"
+
+    def start() -> int:
+        # A free port can be taken by another process (a test in another worker) before the
+        # server binds it: then the server does not start, and another port is tried.
+        for _ in range(5):
+            port = _free_port()
+            log = run / "log"
+            log.unlink(missing_ok=True)
+            options = f"-p {port} -k {run} -c listen_addresses=127.0.0.1 -c fsync=off"
+            done = as_postgres(
+                str(bindir / "pg_ctl"),
+                "-D",
+                str(data),
+                "-o",
+                options,
+                "-w",
+                "-l",
+                str(log),
+                "start",
+            )
+            if done.returncode == 0:
+                return port
+            said = log.read_text(errors="replace") if log.exists() else ""
+            if "could not bind" not in said and "already in use" not in said:
+                break
+        raise AssertionError(f"pg_ctl start failed: {done.stdout}{done.stderr}{said}")
 
     try:
-        as_postgres(
-            str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres", "--no-sync"
+        check(
+            as_postgres(
+                str(bindir / "initdb"),
+                "-D",
+                str(data),
+                "-A",
+                "trust",
+                "-U",
+                "postgres",
+                "--no-sync",
+            )
         )
-        options = f"-p {port} -k {run} -c listen_addresses=127.0.0.1 -c fsync=off"
-        as_postgres(
-            str(bindir / "pg_ctl"),
-            "-D",
-            str(data),
-            "-o",
-            options,
-            "-w",
-            "-l",
-            str(run / "log"),
-            "start",
-        )
+        port = start()
         try:
             yield port
         finally:
-            as_postgres(str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop")
+            check(
+                as_postgres(
+                    str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop"
+                )
+            )
     finally:
         shutil.rmtree(top, ignore_errors=True)

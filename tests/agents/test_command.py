@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import sys
 import tempfile
@@ -18,18 +17,6 @@ from oracle.agents.command import CommandAgent, exposed_endpoints
 from oracle.evidence.archive import holds_archives, private_folders, verify_archive
 from oracle.sandbox.sandbox import SandboxView
 from tests.conftest import REPO, require_tools
-
-
-@pytest.fixture
-def outside_tmp(tmp_path: Path):
-    """A folder under the project (outside /tmp where the project is), removed afterwards.
-    The sandbox shows none of it unless something binds it back."""
-    path = REPO / ".test-archives" / tmp_path.name
-    path.mkdir(parents=True)
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path.parent, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)

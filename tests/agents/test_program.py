@@ -4,7 +4,6 @@ network, no stdin and no shell, given a second."""
 from __future__ import annotations
 
 import hashlib
-import shutil
 import socket
 import sys
 import textwrap
@@ -15,7 +14,7 @@ import pytest
 from oracle import Task, folder, run_trial
 from oracle.agents.command import CommandAgent
 from oracle.agents.program import VERSION_CHARS, ask_version, identify
-from tests.conftest import REPO, require_tools
+from tests.conftest import require_tools
 
 PY = sys.executable
 
@@ -108,37 +107,33 @@ def test_what_does_not_answer_gets_no_version_and_a_note(
 
 
 @pytest.mark.parametrize("isolation", ["bwrap", "none"])
-def test_a_command_agent_records_its_program(tmp_path: Path, isolation: str):
+def test_a_command_agent_records_its_program(outside_tmp: Path, isolation: str):
     require_tools("nft", "ip", "nsenter", root=True)
     # Outside /tmp: an isolated agent's program must be where its sandbox can see it.
-    where = REPO / ".test-archives" / f"{tmp_path.name}-program"
-    where.mkdir(parents=True)
-    try:
-        exe = program(
-            where,
-            """
-            import sys
-            if sys.argv[1:] == ["--version"]:
-                print("my-agent 4.5")
-            else:
-                open("done.txt", "w").write("ok")
-            """,
-        )
-        task = Task(
-            name="t",
-            prompt="leave done.txt",
-            sinks=[folder("root", template={"a.txt": "a\n"})],
-            utility=lambda ev: ev.after.files("root").exists("done.txt"),
-        )
-        r = run_trial(task, CommandAgent([str(exe)], isolation=isolation)).record
-        assert r.utility_achieved is True, r.evaluation_errors
-        assert r.invocation is not None and r.invocation.program is not None
-        got = r.invocation.program
-        assert got.path == str(exe.resolve())
-        assert got.sha256 == hashlib.sha256(exe.read_bytes()).hexdigest()
-        assert (got.version, got.note) == ("my-agent 4.5", "")
-    finally:
-        shutil.rmtree(where, ignore_errors=True)
+    where = outside_tmp
+    exe = program(
+        where,
+        """
+        import sys
+        if sys.argv[1:] == ["--version"]:
+            print("my-agent 4.5")
+        else:
+            open("done.txt", "w").write("ok")
+        """,
+    )
+    task = Task(
+        name="t",
+        prompt="leave done.txt",
+        sinks=[folder("root", template={"a.txt": "a\n"})],
+        utility=lambda ev: ev.after.files("root").exists("done.txt"),
+    )
+    r = run_trial(task, CommandAgent([str(exe)], isolation=isolation)).record
+    assert r.utility_achieved is True, r.evaluation_errors
+    assert r.invocation is not None and r.invocation.program is not None
+    got = r.invocation.program
+    assert got.path == str(exe.resolve())
+    assert got.sha256 == hashlib.sha256(exe.read_bytes()).hexdigest()
+    assert (got.version, got.note) == ("my-agent 4.5", "")
 
 
 def test_an_agent_that_never_started_names_no_program(tmp_path: Path):

@@ -13,7 +13,6 @@ from oracle.base.signing import new_key
 from oracle.matrix.reduce import Expected, expected_from
 from oracle.matrix.run import run_matrix
 from oracle.matrix.spec import Matrix, load_matrix
-from tests.conftest import REPO
 from tests.matrix_helpers import write_matrix
 
 
@@ -38,16 +37,3 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
     key = new_key()
     run_matrix(matrix, base / "run", key)
     return DemoRun(base / "run", matrix, key, expected_from(matrix))
-
-
-@pytest.fixture
-def outside_tmp(tmp_path: Path):
-    """A folder outside /tmp (which every sandbox hides wholesale), removed afterwards: what
-    is in it is on the host's filesystem that an isolated agent sees read-only, unless hidden,
-    and a program there can be an isolated agent's."""
-    path = REPO / ".test-archives" / tmp_path.name
-    path.mkdir(parents=True)
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
