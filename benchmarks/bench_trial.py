@@ -23,7 +23,7 @@ the seed where a reset copies one (a file, a folder, a database cloned from its 
   each (what a copy of the seed costs on a server without templates);
 - egress: the recorder's log read (the floor of a recorder already running);
 - GitHub: every observed table of the world's store, ``git for-each-ref`` and ``ls-tree -r`` of
-  each ref, and one copy of the store and of the repositories.
+  each ref (bench_github's floor; its reset copies are not counted).
 
 The first trial of each task runs untimed: it builds the templates a process keeps.
 """
@@ -34,7 +34,6 @@ import cProfile
 import os
 import shutil
 import sqlite3
-import subprocess
 import sys
 import tempfile
 import time
@@ -232,21 +231,18 @@ def _egress_read(_env: dict[str, str]) -> None:
     return None  # the log is read by the trial; a recorder's floor is reading nothing new
 
 
-def _github_read(env: dict[str, str]) -> None:
-    for root in _env(env, "ORACLE_GITHUB_REPOS_"):
-        for git_dir in sorted(Path(root).glob("*/*.git")):
-            refs = subprocess.run(
-                ["git", "--git-dir", str(git_dir), "for-each-ref", "--format=%(objectname)"],
-                capture_output=True,
-                text=True,
-                check=True,
-            ).stdout.split()
-            for sha in sorted(set(refs)):
-                subprocess.run(
-                    ["git", "--git-dir", str(git_dir), "ls-tree", "-r", "-l", sha],
-                    capture_output=True,
-                    check=True,
-                )
+def _github_read(_env: dict[str, str]) -> None:
+    """bench_github's floor: every observed table of the world's store, and every ref's tree
+    (the world's own folders, which no agent endpoint names: taken from the sandbox)."""
+    from bench_github import _raw_read
+
+    fixture = _SANDBOX[0].provisioned["gh"].fixture
+    _raw_read(Path(fixture.store.path), fixture.repos_root)
+
+
+#: The sandbox of the trial running now (set by `_step4_timed`), for floors that read what no
+#: agent endpoint names.
+_SANDBOX: list[Any] = [None]
 
 
 # -- the MariaDB task ----------------------------------------------------------------------
@@ -378,6 +374,7 @@ def _step4_timed() -> Iterator[list[float]]:
     real = loop._run_agent
 
     def timed(*args: Any, **kwargs: Any) -> Any:
+        _SANDBOX[0] = args[1]  # _run_agent(agent, sandbox, private)
         t = time.perf_counter()
         try:
             return real(*args, **kwargs)

@@ -54,45 +54,39 @@ _INTEGER = {"int2", "int4", "int8"}
 _STORED = _NATIVE_READ | {"json", "jsonb", "interval", "inet", "cidr", "macaddr", "macaddr8"}
 _JSON = {"json", "jsonb"}
 
-_COLUMNS = """
-SELECT a.attname,
+#: What a column is: its name, type, nullability, default, base type (through a domain) and
+#: element type (of an array), and whether its collation is deterministic.
+_COLUMN_FIELDS = """a.attname,
        pg_catalog.format_type(a.atttypid, a.atttypmod),
        NOT a.attnotnull,
        pg_catalog.pg_get_expr(d.adbin, d.adrelid),
        bt.typname, bt.typtype, bt.typcategory, bt.typsend::pg_catalog.regproc::pg_catalog.text,
        et.typname, et.typtype,
-       COALESCE(coll.collisdeterministic, true)
-FROM pg_catalog.pg_attribute a
-JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
+       COALESCE(coll.collisdeterministic, true)"""
+_COLUMN_JOINS = """JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
 JOIN pg_catalog.pg_type bt
   ON bt.oid = CASE WHEN t.typtype = 'd' THEN t.typbasetype ELSE t.oid END
 LEFT JOIN pg_catalog.pg_type et ON et.oid = bt.typelem AND bt.typcategory = 'A'
 LEFT JOIN pg_catalog.pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
-LEFT JOIN pg_catalog.pg_collation coll ON coll.oid = a.attcollation
+LEFT JOIN pg_catalog.pg_collation coll ON coll.oid = a.attcollation"""
+
+_COLUMNS = f"""
+SELECT {_COLUMN_FIELDS}
+FROM pg_catalog.pg_attribute a
+{_COLUMN_JOINS}
 WHERE a.attrelid = %s::pg_catalog.regclass AND a.attnum > 0 AND NOT a.attisdropped
 ORDER BY a.attnum
 """
 
 #: `_COLUMNS` for every table of a schema at once, with each column's place in the primary
 #: key (NULL when it is not part of it).
-_DESCRIBE = """
-SELECT c.relname, a.attname,
-       pg_catalog.format_type(a.atttypid, a.atttypmod),
-       NOT a.attnotnull,
-       pg_catalog.pg_get_expr(d.adbin, d.adrelid),
-       bt.typname, bt.typtype, bt.typcategory, bt.typsend::pg_catalog.regproc::pg_catalog.text,
-       et.typname, et.typtype,
-       COALESCE(coll.collisdeterministic, true),
+_DESCRIBE = f"""
+SELECT c.relname, {_COLUMN_FIELDS},
        pg_catalog.array_position(i.indkey::pg_catalog.int2[], a.attnum)
 FROM pg_catalog.pg_class c
 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid
-JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
-JOIN pg_catalog.pg_type bt
-  ON bt.oid = CASE WHEN t.typtype = 'd' THEN t.typbasetype ELSE t.oid END
-LEFT JOIN pg_catalog.pg_type et ON et.oid = bt.typelem AND bt.typcategory = 'A'
-LEFT JOIN pg_catalog.pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
-LEFT JOIN pg_catalog.pg_collation coll ON coll.oid = a.attcollation
+{_COLUMN_JOINS}
 LEFT JOIN pg_catalog.pg_index i ON i.indrelid = c.oid AND i.indisprimary
 WHERE n.nspname = %s AND c.relname = ANY(%s) AND a.attnum > 0 AND NOT a.attisdropped
 ORDER BY c.relname, a.attnum
