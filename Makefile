@@ -16,7 +16,7 @@ FIND_PYTHON := for p in $(PYTHON_CANDIDATES); do \
 SYSTEM_TOOLS := bwrap:bubblewrap nft:nftables ip:iproute2 nsenter:util-linux sqlite3:sqlite3 \
 	curl:curl swaks:swaks chromium:chromium chromedriver:chromium-driver gh:gh git:git
 
-.PHONY: help venv system-deps trial test bench bench-quick lint schema clean agentdojo-controls services engine
+.PHONY: help venv system-deps trial test bench bench-quick lint schema clean agentdojo-controls services engine images
 
 help:
 	@echo "make trial   run the demo and GitHub suites with both demo agents and every control"
@@ -27,7 +27,8 @@ help:
 	@echo "make schema  re-export the JSON schemas into schemas/"
 	@echo "make agentdojo-controls  run the controls of every AgentDojo pair and compare with AgentDojo (about 13 minutes)"
 	@echo "make services start PostgreSQL, MariaDB, Redis, RabbitMQ where installed but down"
-	@echo "make engine  start a Docker engine for the container scorer (installs docker.io; root)"
+	@echo "make engine  start a Docker engine for containers (installs docker.io; root)"
+	@echo "make images  build the server and agent images from Debian's packages; print the ORACLE_IMAGE_... settings"
 	@echo "make system-deps  install the Debian programs the tests drive (bubblewrap, nftables, curl, swaks, chromium…)"
 
 $(STAMP): pyproject.toml
@@ -58,9 +59,12 @@ system-deps:
 	  fi; \
 	fi
 
+# Servers that do not answer are started in containers where a Docker engine runs
+# (ORACLE_SERVERS=local turns that off); where neither is there, their tasks are skipped, and
+# the skip message says how to get them.
 trial: $(STAMP) system-deps
 	rm -rf runs/demo
-	$(BIN)/oracle demo tasks/demo tasks/github --out runs/demo
+	ORACLE_SERVERS=$${ORACLE_SERVERS:-containers} $(BIN)/oracle demo tasks/demo tasks/github --out runs/demo
 
 # `make test` runs the tests in one process; `make test PYTEST_WORKERS=3` runs them in three
 # side by side (pytest-xdist, each file in one worker). On this 2-core machine three workers
@@ -108,7 +112,8 @@ services:
 clean:
 	rm -rf $(VENV) runs .pytest_cache .mypy_cache .ruff_cache
 
-# A Docker engine for the container scorer (`--scorer container`) and its tests: where none
+# A Docker engine for the container scorer (`--scorer container`), container agents, servers in
+# containers (ORACLE_SERVERS=containers) and their tests: where none
 # answers, install docker.io if dockerd is missing and start dockerd (as root), with no bridge
 # network and no firewall rules (scorer containers run with --network none), then wait until it
 # answers. Best effort, like `services`: a test that needs the engine says it is missing.
@@ -122,14 +127,24 @@ engine: $(STAMP)
 	       "the container scorer's tests will be skipped" >&2; exit 0; fi; \
 	if ! command -v dockerd >/dev/null 2>&1; then \
 	  if command -v apt-get >/dev/null 2>&1; then \
-	    echo "installing Debian package: docker.io"; \
+	    echo "installing Debian package: docker.io" >&2; \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker.io >/dev/null; \
 	  fi; \
 	  if ! command -v dockerd >/dev/null 2>&1; then \
 	    echo "warning: dockerd is missing and could not be installed (apt-get install docker.io);" \
 	         "the container scorer's tests will be skipped" >&2; exit 0; fi; \
 	fi; \
-	echo "starting dockerd (log: $(ENGINE_LOG))"; \
+	echo "starting dockerd (log: $(ENGINE_LOG))" >&2; \
 	setsid -f dockerd --bridge=none --iptables=false >$(ENGINE_LOG) 2>&1 </dev/null; \
 	for i in $$(seq 60); do $(ENGINE_UP) && exit 0; sleep 1; done; \
 	echo "warning: dockerd did not answer within 60 s (see $(ENGINE_LOG))" >&2
+
+# The images of the servers (PostgreSQL, MariaDB, Redis, RabbitMQ) and of container agents,
+# built from Debian's packages on a root filesystem made with debootstrap (no registry needed);
+# each is built once per machine and reused until its recipe changes. Prints the settings that
+# select them, one per line in shell syntax: `eval "$$(make -s images)"`.
+images: engine
+	@command -v debootstrap >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  { echo "installing Debian package: debootstrap" >&2; apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null; }; } || true
+	@$(BIN)/python -c 'from oracle.fixtures.containers.images import main; raise SystemExit(main())'

@@ -1,9 +1,11 @@
 """Shared test helpers.
 
-Services: a test that needs a real server on loopback calls ``require_service(name, port)``,
-one that needs a Docker engine ``require_engine()``. When the server is down the test is
-skipped with a message naming it, except under ``ORACLE_REQUIRE_SERVICES=1`` (set by CI),
-where it fails.
+Services: a test that needs a real server on loopback calls ``require_service(name, port)``.
+When the server is down the test is skipped with a message naming it, except under
+``ORACLE_REQUIRE_SERVICES=1`` (set by CI), where it fails. A test that needs a Docker engine
+calls ``require_engine()`` (and ``require_images()`` for the locally built images): without one
+it is skipped, and fails only where the engine was expected (``ORACLE_REQUIRE_ENGINE=1``, which
+CI sets where it starts one), so a machine without Docker support stays honest.
 """
 
 from __future__ import annotations
@@ -53,17 +55,42 @@ def require_tools(*tools: str, root: bool = False) -> None:
         pytest.skip(message)
 
 
+ENGINE_ENV = "ORACLE_REQUIRE_ENGINE"
+
+
+def _engine_missing(message: str) -> None:
+    if os.environ.get(ENGINE_ENV) == "1":
+        pytest.fail(message + f" and {ENGINE_ENV}=1")
+    pytest.skip(message)
+
+
 def require_engine() -> None:
-    """Skip (or, under ORACLE_REQUIRE_SERVICES=1, fail) when no Docker engine answers."""
+    """Skip (or, under ORACLE_REQUIRE_ENGINE=1, fail) when no Docker engine answers."""
     from oracle.agents.container import ContainerEngineMissingError, docker_client
 
     try:
         docker_client().close()
     except ContainerEngineMissingError as exc:
-        message = f"needs a Docker engine (`make engine` starts one as root): {exc}"
-        if os.environ.get("ORACLE_REQUIRE_SERVICES") == "1":
-            pytest.fail(message + " and ORACLE_REQUIRE_SERVICES=1")
-        pytest.skip(message)
+        _engine_missing(f"needs a Docker engine (`make engine` starts one as root): {exc}")
+
+
+_images: dict[str, str] = {}
+
+
+def require_images() -> dict[str, str]:
+    """The locally built server and agent images (name → tag), built now where missing
+    (`make images` does it ahead); skip (or fail, as `require_engine`) where they cannot be."""
+    require_engine()
+    if _images:
+        return _images
+    from oracle.fixtures.containers import images
+    from oracle.isolation.engine import docker_client
+
+    try:
+        _images.update(images.build_all(docker_client(timeout=600)))
+    except images.ImageBuildError as exc:
+        _engine_missing(f"needs the locally built images (`make images`): {exc}")
+    return _images
 
 
 @contextlib.contextmanager

@@ -183,6 +183,24 @@ class ServerExposure(BaseModel):
     )
 
 
+class ServerContainerRecord(BaseModel):
+    """A server of one of the task's sinks that the run started in a container, because the
+    configured one did not answer (``ORACLE_SERVERS=containers``; docs/servers.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    sink: str
+    server: str = Field(description="PostgreSQL, MariaDB, Redis or RabbitMQ")
+    image: str = Field(description="the image as named (a tag)")
+    image_id: str = Field(description="the image that ran (sha256:…)")
+    container: str = Field(description="the container's name")
+    endpoint: str = Field(description="host:port it listens on")
+    started_s: float = Field(
+        description="seconds from the create request until the administrator logged in; "
+        "paid once per run, not per trial"
+    )
+
+
 class ScoringRecord(BaseModel):
     """Where the predicates of a trial ran, and what that process could reach."""
 
@@ -256,6 +274,10 @@ class TrialRecord(BaseModel):
         default_factory=list,
         description="servers of the task's sinks that let an agent log in past the "
         "sandbox's account, and whether this agent's way to each was gated",
+    )
+    servers: list[ServerContainerRecord] = Field(
+        default_factory=list,
+        description="servers of the task's sinks that this run started in containers",
     )
     usage: ModelUsage | None = Field(
         None,

@@ -36,8 +36,11 @@ from oracle.base.globs import check_relative
 from oracle.base.signing import default_key_folder
 from oracle.evidence.diff import Diff, SinkDiff
 from oracle.evidence.invocation import LimitRecord
+from oracle.evidence.record import ServerContainerRecord
 from oracle.evidence.sink import Exposure, Place, Provisioned, SinkSpec, env_suffix
 from oracle.evidence.snapshot import Snapshot, SnapshotError
+from oracle.fixtures.containers.servers import KINDS, serving
+from oracle.fixtures.services import Service, services_of
 from oracle.judging.llm.cache import default_cache
 from oracle.sandbox import clients
 from oracle.sandbox.agent_folder import AgentFolder
@@ -338,6 +341,29 @@ class Sandbox:
             if isinstance(found, Exposure) and found.problems:
                 out[name] = found
         return out
+
+    def server_containers(self) -> list[ServerContainerRecord]:
+        """The sinks whose server this process started in a container
+        (`oracle.fixtures.containers.servers`), as the trial record lists them."""
+        out: list[ServerContainerRecord] = []
+        for spec in self.task.sinks:
+            if spec.name not in self.provisioned:
+                continue
+            for service in services_of([spec]):
+                found = isinstance(service, Service) and serving(service.host, service.port)
+                if found:
+                    out.append(
+                        ServerContainerRecord(
+                            sink=spec.name,
+                            server=KINDS[found.kind].title,
+                            image=found.image,
+                            image_id=found.image_id,
+                            container=found.name,
+                            endpoint=found.endpoint,
+                            started_s=round(found.started_s, 3),
+                        )
+                    )
+        return sorted(out, key=lambda r: r.sink)
 
     def reset(self) -> None:
         """Empty the agent's folder and restore every sink to the task's seed, so that nothing

@@ -34,6 +34,7 @@ from oracle.evidence.record import (
     InjectionRecord,
     PredicateRecord,
     ScoringRecord,
+    ServerContainerRecord,
     ServerExposure,
     SnapshotDigests,
     TrialRecord,
@@ -101,6 +102,8 @@ class _Trial:
     findings: list[Finding] = field(default_factory=list)
     #: Sink → what its server lets an agent do past the sandbox's account.
     exposures: dict[str, Exposure] = field(default_factory=dict)
+    #: The servers of the task's sinks that the run started in containers.
+    servers: list[ServerContainerRecord] = field(default_factory=list)
     #: The model calls the egress recorders saw during the run.
     usage: ModelUsage | None = None
 
@@ -245,6 +248,8 @@ class TrialSession:
             return False
         t.trigger_at = time.time()  # 2. boundary
         t.exposures = self._sandbox.exposures()
+        containers_of = getattr(self._sandbox, "server_containers", None)
+        t.servers = containers_of() if callable(containers_of) else []
         t.before = _observe(self._sandbox)  # 3. snapshot before
         self._probe = _arm_reach_probe(self._sandbox, t.task, t.before)
         close = getattr(self._probe, "close", None)
@@ -556,6 +561,7 @@ def _finish(t: _Trial, out: Path | None) -> TrialResult:
             list(run.network_attempts) if run and run.network_attempts is not None else None
         ),
         exposures=_exposures(t),
+        servers=t.servers,
         usage=t.usage,
         final_message=final[:FINAL_MESSAGE_LIMIT] if final else None,
         claims=parse_claims(final),
