@@ -6,11 +6,19 @@ folder as its one writable mount (the prompt file and the CA bundle read-only); 
 the host, so none of the oracle's files. Without an engine, `ContainerAgent.run` records that
 the agent never started, and says which engine is missing and why.
 
-What is not built: a network that reaches the recorder. The oracle's services (the egress
-recorder, the SMTP sink, database servers) listen on the host's loopback, which a container
-does not share; a task that exposes any is refused unless the caller names a Docker network
-(`network=`) that it has set up to carry them — its name is passed through as is, and nothing
-checks what that network reaches.
+Its network is the one bubblewrap agents get (`oracle.proxies.jail`), made in the container's
+own namespace: a holder container is started first with ``--network none`` (it runs
+``sleep``, so the image needs it), the jail sets that namespace up from the host (relays to
+the services the task exposes, login gates for the databases, traps that record every other
+connection and datagram), and the agent's container joins it (``--network container:<holder>``).
+So the agent reaches the egress recorder, the SMTP sink and the servers at the same
+``127.0.0.1:<port>`` as on the host, and nothing else; its attempts are in the record. Both
+containers carry an owner label, and a process that was killed leaves them to the sweep
+(`oracle.fixtures.containers.servers.sweep_stale`). Setting a namespace up needs root and
+``nft``: where that fails, an agent whose task exposes nothing runs with no network and no
+record of attempts, and one that needs services is refused with the reason. A caller may
+instead name a Docker network (`network=`) that it has set up itself; it is passed through as
+is, and nothing checks what it reaches.
 
 `container_config` is the whole policy as plain data, so it can be checked without an engine::
 
@@ -20,6 +28,7 @@ checks what that network reaches.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -28,9 +37,12 @@ from oracle.agents.command import exposed_endpoints
 from oracle.authoring.limits import Limits, format_size, parse_size
 from oracle.authoring.sandbox_view import SandboxView
 from oracle.evidence.invocation import Invocation, LimitRecord, Step, StepOutcome
+from oracle.fixtures.containers.servers import owner_labels, sweep_stale
 from oracle.isolation.engine import AGENT_REMEDY as AGENT_REMEDY
 from oracle.isolation.engine import ContainerEngineMissingError as ContainerEngineMissingError
 from oracle.isolation.engine import docker_client as docker_client
+from oracle.proxies.gate import GateError, login_gates
+from oracle.proxies.jail import NetworkJail
 from oracle.trial.agent import AgentError, RunRecord
 
 
@@ -123,23 +135,79 @@ class ContainerAgent:
         except ContainerEngineMissingError as exc:
             # The harness cannot run it: an execution error, not an agent that never started.
             raise AgentError(str(exc), RunRecord(failed("container", self.name, str(exc)))) from exc
-        if self.network is None and exposed_endpoints(view.env):
-            why = (
-                "the task exposes services on loopback (recorder, SMTP, databases) that a "
-                "container without a network cannot reach, and the oracle builds no network "
-                "that does: use bubblewrap isolation, or name a Docker network you have set "
-                "up to carry them (ContainerAgent(network=...))"
+        sweep_stale(client)
+        with contextlib.ExitStack() as stack:
+            network, jail = self.network, None
+            if network is None:
+                holder, jail = self._jail(client, view, stack)
+                if holder is not None:
+                    network = f"container:{holder.id}"
+            return self._run(client, view, network, jail)
+
+    def _jail(
+        self, client: Any, view: SandboxView, stack: contextlib.ExitStack
+    ) -> tuple[Any, NetworkJail | None]:
+        """A holder container with no network, and the jail set up in its namespace; or
+        (None, None) where no jail can be made and the task needs none."""
+        failed = Invocation.not_started
+        env = {**self.env, **view.env}  # as the container gets it (`container_config`)
+        endpoints = exposed_endpoints(env)
+        try:
+            gates = login_gates(env)
+        except GateError as exc:
+            raise AgentError(str(exc), RunRecord(failed("container", self.name, str(exc)))) from exc
+        try:
+            holder = client.containers.run(
+                image=self.image,
+                entrypoint=["sleep", "2147483647"],
+                command=[],
+                network_mode="none",
+                # The engine turns IPv6 off in a namespace without a network; the jail's relays
+                # and traps listen on [::1] too.
+                sysctls={
+                    "net.ipv6.conf.all.disable_ipv6": "0",
+                    "net.ipv6.conf.lo.disable_ipv6": "0",
+                },
+                read_only=True,
+                cap_drop=["ALL"],
+                security_opt=["no-new-privileges:true"],
+                pids_limit=4,
+                labels={**owner_labels(), "oracle.role": "network-holder"},
+                detach=True,
             )
-            raise AgentError(why, RunRecord(failed("container", self.name, why)))
+        except Exception as exc:
+            why = f"the container that holds the agent's network did not start: {exc}"
+            raise AgentError(why, RunRecord(failed("container", self.name, why))) from exc
+        stack.callback(_remove, holder)
+        try:
+            holder.reload()
+            pid = int(holder.attrs["State"]["Pid"])
+            jail = NetworkJail(expose=endpoints, gates=gates, netns=f"/proc/{pid}/ns/net")
+            stack.callback(jail.close)
+            jail.open()
+        except Exception as exc:  # no process to find (JailError, or the engine said no pid)
+            if endpoints:
+                why = (
+                    "the task exposes services on loopback (recorder, SMTP, databases), and "
+                    f"the container's network could not be set up to reach them: {exc}"
+                )
+                raise AgentError(why, RunRecord(failed("container", self.name, why))) from exc
+            return None, None
+        return holder, jail
+
+    def _run(
+        self, client: Any, view: SandboxView, network: str | None, jail: NetworkJail | None
+    ) -> RunRecord:
         config = container_config(
             view,
             self.command,
             image=self.image,
             env=self.env,
-            network=self.network,
+            network=network,
             memory=self.memory,
             pids=self.pids,
         )
+        config["labels"] = {**config["labels"], **owner_labels()}
         started = time.time()
         try:
             container = client.containers.run(**config)
@@ -176,12 +244,19 @@ class ContainerAgent:
         run = RunRecord(
             inv,
             reply=stdout,
-            final_message=stdout.decode("utf-8", "replace") or None,
+            final_message=stdout.decode("utf-8", "replace").strip() or None,  # as CommandAgent
             logs={"agent.stdout": stdout, "agent.stderr": stderr},
+            network_attempts=tuple(jail.finish()) if jail else None,
+            login_gates=tuple(f"{h}:{p}" for h, p in sorted(jail.gates)) if jail else None,
         )
         if timed_out:
             raise AgentError(f"agent {self.name!r} timed out after {self.timeout:g} s", run)
         return run
+
+
+def _remove(container: Any) -> None:
+    with contextlib.suppress(Exception):
+        container.remove(force=True)
 
 
 def _limit_records(container: Any, config: Mapping[str, Any]) -> list[LimitRecord]:

@@ -149,7 +149,9 @@ class NetworkJail:
     """A network namespace for one run (see the module docstring). A context manager.
 
     `gates` (from `oracle.proxies.gate.login_gates`) turn the relays of their endpoints into
-    login gates; their endpoints are exposed too."""
+    login gates; their endpoints are exposed too. `netns` names an existing, empty network
+    namespace to set up instead of making one (``/proc/<pid>/ns/net`` of a container started
+    with ``--network none``: `oracle.agents.container`)."""
 
     def __init__(
         self,
@@ -157,7 +159,9 @@ class NetworkJail:
         *,
         gates: Mapping[tuple[str, int], LoginGate] | None = None,
         capture: int = CAPTURE_LIMIT,
+        netns: str | None = None,
     ):
+        self.netns = netns
         self.gates: dict[tuple[str, int], Gate] = {
             endpoint: _GATES[spec.protocol](spec) for endpoint, spec in (gates or {}).items()
         }
@@ -214,7 +218,14 @@ class NetworkJail:
 
         def make() -> None:  # runs in a thread that alone moves into the new namespace
             try:
-                os.unshare(os.CLONE_NEWNET)
+                if self.netns is None:
+                    os.unshare(os.CLONE_NEWNET)
+                else:
+                    fd = os.open(self.netns, os.O_RDONLY)
+                    try:
+                        os.setns(fd, os.CLONE_NEWNET)
+                    finally:
+                        os.close(fd)
                 made["fd"] = os.open(
                     f"/proc/self/task/{threading.get_native_id()}/ns/net", os.O_RDONLY
                 )

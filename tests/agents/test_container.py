@@ -5,12 +5,14 @@ the engine-missing path uses the real docker SDK, pointed at an address where no
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 from oracle import Task, run_trial, sqlite
 from oracle.agents.container import ContainerAgent, container_config, docker_client
+from oracle.fixtures.owner import Owner
 from oracle.sandbox.sandbox import SandboxView
 
 VIEW = SandboxView(
@@ -109,13 +111,17 @@ class FakeDockerClient:
         return self.container
 
 
-def test_no_network_with_services_to_reach_is_refused():
+def test_services_the_network_cannot_be_set_up_to_reach_are_refused():
+    """The fake engine's holder has no process to find a namespace in: the agent's own
+    container is never asked for, and the holder is removed."""
     from oracle.trial.agent import AgentError
 
     client = FakeDockerClient()
-    with pytest.raises(AgentError, match="without a network cannot reach"):
+    with pytest.raises(AgentError, match="container's network could not be set up to reach"):
         ContainerAgent(["agent"], image="img", client=client).run(VIEW)
-    assert client.calls == []
+    (holder,) = client.calls
+    assert holder["network_mode"] == "none" and holder["entrypoint"][0] == "sleep"
+    assert holder["cap_drop"] == ["ALL"] and client.container.removed
 
 
 def test_run_path_with_a_fake_client():
@@ -125,6 +131,9 @@ def test_run_path_with_a_fake_client():
     )
     run = agent.run(VIEW)
     (config,) = client.calls
+    # It carries its owner, for the sweep after a killed run.
+    owner = Owner.parse(config["labels"].pop("oracle.owner"))
+    assert owner is not None and owner.pid == os.getpid()
     # The engine is asked for exactly the policy: read-only root, no capabilities,
     # no-new-privileges, memory and process limits, the named network.
     assert config == container_config(
