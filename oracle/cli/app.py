@@ -168,7 +168,7 @@ def _available(tasks: list[Task]) -> tuple[list[Task], list[str], dict[str, str]
                 f"[red]cannot run[/red] {plain(t.name)}: {plain(why)} ({plain(REQUIRE_ENV)}=1)"
             )
             problems.append(f"{t.name}: {why}")
-            skipped[t.name] = f"not run: {why} ({REQUIRE_ENV}=1)"
+            skipped[t.name] = f"not run ({REQUIRE_ENV}=1): {why}"
         else:
             console().print(f"[yellow]skipped[/yellow] {plain(t.name)}: {plain(why)}")
             skipped[t.name] = f"skipped: {why}"
