@@ -31,6 +31,7 @@ from typing import Any
 
 import bench_agentdojo
 import bench_cli
+import bench_containers
 import bench_egress
 import bench_files
 import bench_github
@@ -74,6 +75,14 @@ BENCHMARKS: list[Benchmark] = [
     Benchmark(bench_cli.NAME, bench_cli.run),
     *(Benchmark(case.title, bench_trial.runner(case)) for case in bench_trial.CASES),
     Benchmark(bench_scaling.NAME, bench_scaling.run),
+    *(
+        Benchmark(
+            f"{bench_containers.containers.KINDS[k].title} in a container: start-up",
+            bench_containers.runner(k),
+        )
+        for k in bench_containers.GOALS
+    ),
+    Benchmark(bench_containers.NAME, bench_containers.run),
 ]
 
 
