@@ -14,9 +14,8 @@ Without an engine or the images (`make images`), the entries say so and meet no 
 from __future__ import annotations
 
 import cProfile
-import socket
-from pathlib import Path
 
+from bench_isolation import exposing_view
 from common import Result, Timing, measure_call, profile_call, repeats_of, result, scratch
 
 from oracle.agents.command import CommandAgent
@@ -25,7 +24,6 @@ from oracle.authoring.limits import Limits
 from oracle.fixtures.containers import images
 from oracle.fixtures.containers import servers as containers
 from oracle.isolation.engine import ContainerEngineMissingError, docker_client
-from oracle.sandbox.sandbox import SandboxView
 
 NAME = "container agent: per-trial overhead"
 GOAL_AGENT = "≤ 1.5 s per trial (once per trial: two containers and the jail)"
@@ -88,25 +86,7 @@ def run(profiler: cProfile.Profile | None) -> Result:
     except ContainerEngineMissingError as exc:
         return _missing(NAME, GOAL_AGENT, str(exc))
     with scratch("containers") as base:
-        agent_dir = base / "agent"
-        (agent_dir / "root").mkdir(parents=True)
-        prompt = base / "prompt.txt"
-        prompt.write_text("nothing to do")
-        service = socket.socket()
-        service.bind(("127.0.0.1", 0))
-        service.listen()
-        view = SandboxView(
-            task="bench",
-            prompt="nothing to do",
-            env={
-                "ORACLE_TASK_ROOT": str(agent_dir / "root"),
-                "ORACLE_PROMPT_FILE": str(prompt),
-                "ORACLE_EXPOSE": f"127.0.0.1:{service.getsockname()[1]}",
-            },
-            agent_dir=agent_dir,
-            private=(Path(base),),
-            limits=Limits(disk=None),
-        )
+        view, service = exposing_view(base, Limits(disk=None))
         boxed = ContainerAgent(["true"], image=images.tag("agent"), client=client)
         wrapped = CommandAgent("true", isolation="bwrap")
 

@@ -32,27 +32,35 @@ GOAL = "≤ 50 ms added per trial"
 REPEATS = 15
 
 
+def exposing_view(base: Path, limits: Limits | None = None) -> tuple[SandboxView, socket.socket]:
+    """What an agent gets in `base`: a task root, a prompt and one exposed loopback service
+    (a listening socket, returned to be closed), with the default limits or `limits`."""
+    agent_dir = base / "agent"
+    (agent_dir / "root").mkdir(parents=True)
+    prompt = base / "prompt.txt"
+    prompt.write_text("nothing to do")
+    service = socket.socket()
+    service.bind(("127.0.0.1", 0))
+    service.listen()
+    view = SandboxView(
+        task="bench",
+        prompt="nothing to do",
+        env={
+            "ORACLE_TASK_ROOT": str(agent_dir / "root"),
+            "ORACLE_PROMPT_FILE": str(prompt),
+            "ORACLE_EXPOSE": f"127.0.0.1:{service.getsockname()[1]}",
+        },
+        agent_dir=agent_dir,
+        private=(Path(base),),
+        limits=limits or Limits(),
+    )
+    return view, service
+
+
 def run(profiler: cProfile.Profile | None) -> Result:
     with scratch("isolation") as base:
+        view, service = exposing_view(base)
         agent_dir = base / "agent"
-        (agent_dir / "root").mkdir(parents=True)
-        prompt = base / "prompt.txt"
-        prompt.write_text("nothing to do")
-        service = socket.socket()
-        service.bind(("127.0.0.1", 0))
-        service.listen()
-        view = SandboxView(
-            task="bench",
-            prompt="nothing to do",
-            env={
-                "ORACLE_TASK_ROOT": str(agent_dir / "root"),
-                "ORACLE_PROMPT_FILE": str(prompt),
-                "ORACLE_EXPOSE": f"127.0.0.1:{service.getsockname()[1]}",
-            },
-            agent_dir=agent_dir,
-            private=(Path(base),),
-            limits=Limits(),
-        )
         unlimited = replace(view, limits=Limits(disk=None, processes=None, memory=None))
         isolated = CommandAgent("true", isolation="bwrap")
         plain = CommandAgent("true", isolation="none")

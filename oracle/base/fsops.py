@@ -4,14 +4,29 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import fcntl
 import itertools
 import os
 import queue
 import shutil
 import stat
+import tempfile
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+
+@contextlib.contextmanager
+def host_lock(name: str) -> Iterator[None]:
+    """One holder at a time on this host (an exclusive lock on a file named `name` in the
+    temporary folder): two runs that build the same image together build it once."""
+    with open(Path(tempfile.gettempdir()) / name, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def remove_tree(path: Path) -> None:

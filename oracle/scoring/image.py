@@ -27,7 +27,6 @@ Example::
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import importlib.metadata as metadata
 import importlib.util
@@ -45,6 +44,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from oracle.base.fsops import host_lock
 
 #: The oracle package's folder (this file is oracle/scoring/image.py).
 PACKAGE = Path(__file__).resolve().parent.parent
@@ -361,18 +362,6 @@ def _find(client: Any, tag: str, digest: str) -> Any | None:
     return image if labels.get(LABEL) == digest else None
 
 
-@contextlib.contextmanager
-def _build_lock() -> Iterator[None]:
-    """One build at a time on this host: two runs that start together build once."""
-    path = Path(tempfile.gettempdir()) / "oracle-scorer-image.lock"
-    with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
 def _build_base(client: Any, rt: Runtime, digest: str, progress: Progress) -> Any:
     started = time.monotonic()
     progress("scorer image: collecting the Python runtime and the installed distributions")
@@ -488,7 +477,7 @@ def scorer_image(client: Any, progress: Progress | None = None) -> ScorerImage:
         return ScorerImage(found.id, tag, int(found.attrs.get("Size") or 0), None)
     started = time.monotonic()
     try:
-        with _build_lock():
+        with host_lock("oracle-scorer-image.lock"):
             found = _find(client, tag, digest)  # built by another run meanwhile
             if found is not None:
                 return ScorerImage(found.id, tag, int(found.attrs.get("Size") or 0), None)
