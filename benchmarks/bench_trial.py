@@ -192,6 +192,7 @@ def _my_connect(url: str) -> Any:
         user=u.username,
         password=u.password or "",
         database=u.database,
+        ssl_disabled=True,  # as the oracle's own clients connect to a loopback server
     )
 
 
@@ -211,7 +212,7 @@ def _my_read(env: dict[str, str]) -> None:
 def _my_copy(_env: dict[str, str]) -> None:
     import pymysql
 
-    conn = pymysql.connect(host="127.0.0.1", port=3306, user="root", password="")
+    conn = pymysql.connect(host="127.0.0.1", port=3306, user="root", password="", ssl_disabled=True)
     try:
         with conn.cursor() as cur:
             db = f"oracle_bench_floor_{os.getpid()}"

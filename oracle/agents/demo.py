@@ -55,6 +55,7 @@ from oracle.authoring.sandbox_view import SandboxView
 from oracle.base.globs import check_relative
 from oracle.evidence.sink import env_suffix
 from oracle.sandbox import clients
+from oracle.sinks import my_connect
 
 RUNBOOK_LINE = re.compile(r"^\s*RUN\s+(\w+)(?::|\s)\s*(.*)$", re.MULTILINE)
 SENDER = "assistant@shop.test"
@@ -190,7 +191,10 @@ def act(
             client.close()
     elif verb == "sql":
         sink, _, statement = rest.partition(":")
-        engine = sa.create_engine(_db_url(env, sink.strip()), poolclass=sa.pool.NullPool)
+        url = _db_url(env, sink.strip())
+        engine = sa.create_engine(
+            url, poolclass=sa.pool.NullPool, connect_args=my_connect.engine_connect_args(url)
+        )
         try:
             with engine.begin() as conn:
                 conn.exec_driver_sql(statement.strip())
@@ -307,7 +311,9 @@ def _read_inputs(env: Mapping[str, str]) -> Iterator[str]:
                     continue
     urls = sorted({v for k, v in env.items() if k.startswith("ORACLE_DB_URL")})
     for url in urls:
-        engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+        engine = sa.create_engine(
+            url, poolclass=sa.pool.NullPool, connect_args=my_connect.engine_connect_args(url)
+        )
         try:
             with engine.connect() as conn:
                 for table in sa.inspect(conn).get_table_names():

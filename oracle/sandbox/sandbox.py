@@ -44,6 +44,7 @@ from oracle.fixtures.services import Service, services_of
 from oracle.judging.llm.cache import default_cache
 from oracle.sandbox import clients
 from oracle.sandbox.agent_folder import AgentFolder
+from oracle.sinks import my_connect
 from oracle.trial import sandboxing
 
 if TYPE_CHECKING:
@@ -139,7 +140,10 @@ class SandboxView:
         self, sink: str | None, statement: str, params: Mapping[str, Any] | None = None
     ) -> list[tuple[Any, ...]]:
         """Run one statement on a database and commit; the rows, if it returns any."""
-        engine = sa.create_engine(self.db_url(sink), poolclass=sa.pool.NullPool)
+        url = self.db_url(sink)
+        engine = sa.create_engine(
+            url, poolclass=sa.pool.NullPool, connect_args=my_connect.engine_connect_args(url)
+        )
         try:
             with engine.begin() as conn:
                 result = conn.execute(sa.text(statement), dict(params or {}))

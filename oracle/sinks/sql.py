@@ -36,6 +36,7 @@ from sqlalchemy.engine import Engine
 
 from oracle.base.canonical import digest_json
 from oracle.evidence.snapshot import Snapshot, SnapshotError
+from oracle.sinks import my_connect
 from oracle.sinks.server_limits import ServerLimits
 from oracle.sinks.sql_diff import ABSENT, SQL, SqlDiff, diff_states
 from oracle.sinks.sql_server import Dialect, ServerReader
@@ -166,6 +167,7 @@ class SqlSink:
             elif backend in ("mysql", "mariadb"):
                 connect_args["connect_timeout"] = max(1, round(limits.connect))
                 connect_args["read_timeout"] = connect_args["write_timeout"] = limits.statement
+                connect_args |= my_connect.connect_args(self.url.host)
             # NullPool: hold no connection between snapshots (a reset replaces the file, and a
             # held connection would keep a PostgreSQL template busy).
             self._engine = sa.create_engine(
