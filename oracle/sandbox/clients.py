@@ -12,8 +12,10 @@ Controls and the demo agents use them::
 from __future__ import annotations
 
 import email.policy
+import os
 import smtplib
 import ssl
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
@@ -44,6 +46,35 @@ def _get(env: Mapping[str, str], *names: str) -> str | None:
     return None
 
 
+#: TLS contexts by CA file and the file's identity (inode, size, change and modification
+#: times): building one from a bundle with the system's CAs parses every certificate, about
+#: 27 ms, and a control makes a request or three. A file rewritten or replaced is read again.
+_CONTEXTS: dict[tuple[str, int, int, int, int] | None, ssl.SSLContext] = {}
+_CONTEXTS_LOCK = threading.Lock()
+
+
+def tls_context(cafile: str | None) -> ssl.SSLContext:
+    """A client TLS context trusting the CAs in `cafile` (None: the system's), built once per
+    version of the file in this process. A process forked after this call (a control's body)
+    inherits it."""
+    key: tuple[str, int, int, int, int] | None = None
+    if cafile:
+        st = os.stat(cafile)
+        key = (os.path.abspath(cafile), st.st_ino, st.st_size, st.st_ctime_ns, st.st_mtime_ns)
+    with _CONTEXTS_LOCK:
+        context = _CONTEXTS.get(key)
+        if context is None:
+            context = (
+                ssl.create_default_context(cafile=cafile)
+                if cafile
+                else ssl.create_default_context()
+            )
+            if len(_CONTEXTS) > 64:  # sandboxes come and go: keep the recent ones
+                _CONTEXTS.clear()
+            _CONTEXTS[key] = context
+    return context
+
+
 def http_request(
     env: Mapping[str, str],
     method: str,
@@ -56,8 +87,7 @@ def http_request(
     ``SSL_CERT_FILE``. Any HTTP status is returned; a connection failure raises `OSError`."""
     proxy = _get(env, "HTTPS_PROXY", "https_proxy") if url.lower().startswith("https:") else None
     proxy = proxy or _get(env, "HTTP_PROXY", "http_proxy")
-    cafile = _get(env, "SSL_CERT_FILE")
-    context = ssl.create_default_context(cafile=cafile) if cafile else ssl.create_default_context()
+    context = tls_context(_get(env, "SSL_CERT_FILE"))
     opener = urllib.request.build_opener(
         urllib.request.ProxyHandler({"http": proxy, "https": proxy} if proxy else {}),
         urllib.request.HTTPSHandler(context=context),

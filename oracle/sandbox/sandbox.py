@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import ssl
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -449,6 +450,14 @@ class Sandbox:
             raise SandboxError(
                 f"task {self.task.name!r}: more than one sink starts the agent ({names})"
             )
+        from oracle.trial.agent import CallableAgent
+
+        cafile = view.env.get("SSL_CERT_FILE")
+        if cafile and isinstance(agent, CallableAgent):
+            # Built here, before the agent's body is forked: its requests (`view.http`, the
+            # sandbox's own client) inherit the context instead of parsing the bundle each.
+            with contextlib.suppress(OSError, ssl.SSLError):
+                clients.tls_context(cafile)
         if launchers:
             run: RunRecord = launchers[0][1](agent, view)
             return run

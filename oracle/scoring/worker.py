@@ -193,14 +193,28 @@ def _control(argv: list[str]) -> tuple[socket.socket, str | None]:
     raise SystemExit("usage: python -m oracle.scoring.worker FD | --connect PATH TOKEN")
 
 
+def _warm_imports() -> None:
+    """Import, once and before any fork, what every scorer imports: the authoring surface
+    task files import (``from oracle import Task, sqlite, …``: the package resolves those
+    names lazily, so importing it loads none of them), the loader and the scoring steps.
+    Each scorer then pays only for its task file (about 0.6-0.9 s less for its first trial).
+    What fails to import here is left for the scorer to meet and report."""
+    with contextlib.suppress(Exception):
+        import oracle
+
+        for name in oracle.__all__:
+            getattr(oracle, name)
+        import oracle.authoring.loader
+        import oracle.authoring.versions
+        import oracle.scoring.bundle
+        import oracle.scoring.judge
+
+
 def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     control, rendezvous = _control(argv)
     first = os.getpid() == 1
-    # Warm: what every task file and every scorer imports, loaded once before any fork.
-    # Importing any oracle module runs the package's __init__ first, which loads the
-    # authoring surface task files import (``from oracle import Task, sqlite, …``).
-
+    _warm_imports()
     send(control, {"op": "ready", "pid": os.getpid()})
     children: set[int] = set()
     reaped: dict[int, int] = {}
