@@ -26,6 +26,7 @@ import oracle.evidence.kinds as _kinds
 import oracle.trial.defaults as _defaults
 from oracle.agents import adapters as _adapters
 from oracle.base import moved as _moved
+from oracle.scoring import preload as _preload
 
 if TYPE_CHECKING:
     from oracle.authoring.limits import Limits
@@ -238,6 +239,8 @@ def _sandbox(task: Task, **options: Any) -> Any:
 
 # Trials, controls and the matrix open sandboxes through this unless another is registered.
 _defaults.register("sandbox", _sandbox)
+# Scorer zygotes import the public surface before they fork (task files import it).
+_preload.register(__name__)
 
 
 def _agentdojo_pipeline(

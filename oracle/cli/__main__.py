@@ -2,4 +2,5 @@
 
 from oracle.cli.app import main
 
-main()
+if __name__ == "__main__":  # not when a worker process imports it
+    main()

@@ -8,6 +8,7 @@ oracle show runs/…/<trial folder>       # checked against its manifest first
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import json
 import sys
@@ -23,6 +24,7 @@ from oracle.cli import completion
 from oracle.cli.exits import FAILED, INTERRUPTED, USAGE, epilog
 from oracle.cli.help import ReadableGroup
 from oracle.cli.outcome import JsonOpt, json_command
+from oracle.cli.running import make_scorer, trial_or_broken
 
 # Only typer, the standard library and the small modules above (errors, exit codes, help) are
 # imported here, so that `oracle --help` and shell completion answer at once: each command
@@ -33,6 +35,7 @@ if TYPE_CHECKING:
     from oracle.agents.spec import RunOptions
     from oracle.authoring.loader import Loaded
     from oracle.authoring.task import Task
+    from oracle.cli.parallel import Plan
     from oracle.controls.run import ControlsReport
     from oracle.evidence.record import TrialRecord
     from oracle.scoring.scorer import Scorer
@@ -175,40 +178,6 @@ def _available(tasks: list[Task]) -> tuple[list[Task], list[str], dict[str, str]
     return kept, problems, skipped
 
 
-SCORERS = ("sealed", "container", "in-process")
-
-
-def make_scorer(kind: str, hidden: list[Path], tasks: list[Task] | None = None) -> Scorer:
-    """The scorer `--scorer` names: ``sealed`` (a process that never holds the transcript,
-    handed only the evidence; it must not see `hidden`), ``container`` (the same in a
-    container of a Docker engine; its image is built first where it does not exist yet) or
-    ``in-process`` (debugging). A sealed scorer's processes are started now for `tasks`, while
-    the first trials run."""
-    from oracle.scoring.scorer import InProcessScorer
-
-    if kind == "in-process":
-        return InProcessScorer()
-    if kind not in SCORERS:
-        raise UsageError(f"--scorer must be {', '.join(SCORERS)}, not {kind!r}")
-    from oracle.scoring.pool import ScorerPool, SealedScorer, shared_pool
-
-    pool: ScorerPool
-    if kind == "container":
-        from oracle.agents.container import ContainerEngineMissingError
-        from oracle.scoring.container import shared_container_pool
-        from oracle.scoring.image import ImageBuildError
-
-        try:
-            pool = shared_container_pool()
-        except (ContainerEngineMissingError, ImageBuildError) as exc:
-            raise UsageError(f"--scorer container: {exc}") from exc
-    else:
-        pool = shared_pool()
-    if tasks:
-        pool.warm([t.origin for t in tasks if t.origin is not None], hidden)
-    return SealedScorer(pool, hidden=hidden)
-
-
 def _contained(records: list[TrialRecord]) -> list[str]:
     """Every predicate a scorer had to contain (it ran past its limit, exited, crashed),
     named with its trial."""
@@ -266,17 +235,6 @@ def _checked(tasks: list[Task]) -> tuple[list[Task], list[str]]:
     return ok, refused
 
 
-def _sandbox_options(task: Task, options: RunOptions | None) -> dict[str, Any]:
-    """`--allow-host` for one task: hosts passed through its egress recorders, and a recorder
-    of the harness's own where the task declares none (else the agent reaches nothing)."""
-    from oracle.fixtures.egress import egress
-
-    if options is None or not options.allow_hosts:
-        return {}
-    extra = [] if any(s.kind == "egress" for s in task.sinks) else [egress("harness-egress")]
-    return {"allow_hosts": options.allow_hosts, "extra_sinks": extra}
-
-
 def _held_trials(
     out: Path, tasks: list[Task], agents: list[Agent], repetitions: int, model: str, profile: str
 ) -> list[str]:
@@ -309,10 +267,7 @@ def run_trials(
 ) -> list[TrialRecord]:
     """Every trial's record; a trial that fails outside its own error boundaries is named in
     `broken` (and printed) and the others still run."""
-    from oracle.cli.render import console, plain
     from oracle.evidence.archive import deferred_sync
-    from oracle.evidence.record import Cell
-    from oracle.trial.loop import run_trial
 
     records = []
     broken = [] if broken is None else broken
@@ -323,27 +278,13 @@ def run_trials(
             for agent in agents:
                 for rep in range(repetitions):
                     progress.update(bar, description=f"{task.name} × {agent.name}")
-                    cell = Cell(
-                        harness=agent.name,
-                        task=task.name,
-                        repetition=rep,
-                        model=model,
-                        profile=profile,
+                    record, why = trial_or_broken(
+                        task, agent, out, rep, scorer, model, profile, options
                     )
-                    try:
-                        result = run_trial(
-                            task,
-                            agent,
-                            cell=cell,
-                            out=out,
-                            scorer=scorer,
-                            **_sandbox_options(task, options),
-                        )
-                    except Exception as exc:  # a bug of ours: named, and the run goes on
-                        broken.append(f"task {task.name!r} × agent {agent.name!r}: {exc!r}")
-                        console().print(f"[red]trial failed:[/red] {plain(broken[-1])}")
-                    else:
-                        records.append(result.record)
+                    if record is not None:
+                        records.append(record)
+                    if why is not None:
+                        broken.append(why)
                     progress.advance(bar)
     return records
 
@@ -362,14 +303,62 @@ def run_all_controls(
         bar = progress.add_task("controls", total=sum(len(controls_of(t)) for t in tasks))
         for task in tasks:
             progress.update(bar, description=f"controls of {task.name}")
-            one = prove(task, out=out, timeout=timeout, scorer=scorer)
-            report.runs.extend(one.runs)
-            report.statuses.extend(one.statuses)
-            report.errors.extend(one.errors)
-            report.flags.extend(one.flags)
-            report.judges.extend(one.judges)
+            _merge(report, prove(task, out=out, timeout=timeout, scorer=scorer))
             progress.advance(bar, len(controls_of(task)))
     return report
+
+
+def _merge(report: ControlsReport, one: ControlsReport) -> None:
+    report.runs.extend(one.runs)
+    report.statuses.extend(one.statuses)
+    report.errors.extend(one.errors)
+    report.flags.extend(one.flags)
+    report.judges.extend(one.judges)
+
+
+def side_by_side(
+    tasks: list[Task], plan: Plan, jobs: int
+) -> tuple[ControlsReport, list[TrialRecord], list[str]]:
+    """`tasks` in `jobs` worker processes (`oracle.cli.parallel`): every task's controls and
+    the plan's demo trials, merged in the order of `tasks`, with a bar of the tasks done."""
+    from oracle.cli import parallel
+    from oracle.controls.run import ControlsReport
+
+    report = ControlsReport()
+    records: list[TrialRecord] = []
+    broken: list[str] = []
+    with _progress() as progress:
+        what = "controls and demo trials" if plan.agents else "controls"
+        bar = progress.add_task(
+            f"{what}: {len(tasks)} tasks, {jobs} side by side", total=len(tasks)
+        )
+        for one in parallel.side_by_side(tasks, plan, jobs, lambda _: progress.advance(bar)):
+            _merge(report, one.report)
+            records.extend(one.records)
+            broken.extend(one.broken)
+    return report, records, broken
+
+
+DEMO_AGENTS = ("careful", "obedient")
+
+
+def _plan(
+    tasks: list[Task], scorer: str, hidden: list[Path], out: Path | None, timeout: float
+) -> Plan:
+    from oracle.cli.parallel import Plan
+
+    files = tuple(dict.fromkeys(t.origin for t in tasks if t.origin is not None))
+    return Plan(files, scorer, tuple(hidden), out, timeout)
+
+
+def _jobs(jobs: int | None, tasks: list[Task]) -> int:
+    """How many workers `--jobs` asks for: 1 (this process) where a task has no file to load
+    in a worker."""
+    from oracle.cli.parallel import default_jobs
+
+    if any(t.origin is None for t in tasks):
+        return 1
+    return default_jobs(len(tasks)) if jobs is None else max(1, min(jobs, len(tasks)))
 
 
 PathsArg = Annotated[
@@ -608,6 +597,17 @@ def controls(
         typer.Option(help="seconds each control may run before it is killed", metavar="SECONDS"),
     ] = CONTROL_TIMEOUT,
     scorer: ScorerOpt = "sealed",
+    jobs: Annotated[
+        int,
+        typer.Option(
+            "--jobs",
+            "-j",
+            help="tasks run side by side, each in a worker process of its own (its controls "
+            "stay together); 1 runs them one after another in this process",
+            metavar="N",
+            min=1,
+        ),
+    ] = 1,
     as_json: JsonOpt = False,
 ) -> None:
     """Run every control of every task (and a no-op agent) and classify each predicate:
@@ -633,11 +633,17 @@ def controls(
         raise fail(str(exc.args[0])) from None
     tasks, down, skipped = _available(loaded.tasks)
     try:
-        judge = make_scorer(scorer, private_folders(out) if out else [], tasks)
+        judge = make_scorer(scorer, private_folders(out) if out else [], tasks, warm=jobs == 1)
     except UsageError as exc:
         raise fail(str(exc)) from None
+    hidden = private_folders(out) if out else []
+    workers = _jobs(jobs, tasks)
     with _interruptible():
-        report = run_all_controls(tasks, out, timeout, judge)
+        if workers > 1:
+            plan = _plan(tasks, scorer, hidden, out, timeout)
+            report, _, _ = side_by_side(tasks, plan, workers)
+        else:
+            report = run_all_controls(tasks, out, timeout, judge)
     report.errors.extend(down)
     report.skipped.update(skipped)
     code = finish_controls(report, explain or (), report_only)
@@ -883,6 +889,19 @@ def demo_command(
     paths: PathsArg,
     out: Annotated[Path | None, typer.Option(help="archive folder")] = None,
     scorer: ScorerOpt = "sealed",
+    jobs: Annotated[
+        int | None,
+        typer.Option(
+            "--jobs",
+            "-j",
+            help="tasks run side by side, each in a worker process of its own (its controls "
+            "and demo trials stay together; default: one per processor); 1 runs them one "
+            "after another in this process",
+            metavar="N",
+            min=1,
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Run both demo agents and every control; check that each behaves as promised.
 
@@ -899,18 +918,24 @@ def demo_command(
     tasks, down, skipped = _available(tasks)
     refused += down
     out = out or _default_out()
-    agents = [resolve_agent("careful"), resolve_agent("obedient")]
+    agents = [resolve_agent(name) for name in DEMO_AGENTS]
+    workers = _jobs(jobs, tasks)
     try:
-        judge = make_scorer(scorer, private_folders(out), tasks)
+        judge = make_scorer(scorer, private_folders(out), tasks, warm=workers == 1)
     except UsageError as exc:
         console().print(f"[red]error:[/red] {plain(exc)}")
         raise typer.Exit(2) from None
     broken: list[str] = []
     with _interruptible():
-        report = run_all_controls(tasks, out / "controls", scorer=judge)
-        records = run_trials(
-            tasks, agents, out / "trials", 1, "none", "default", broken=broken, scorer=judge
-        )
+        if workers > 1:
+            plan = _plan(tasks, scorer, private_folders(out), out / "controls", CONTROL_TIMEOUT)
+            plan = dataclasses.replace(plan, agents=DEMO_AGENTS, trials_out=out / "trials")
+            report, records, broken = side_by_side(tasks, plan, workers)
+        else:
+            report = run_all_controls(tasks, out / "controls", scorer=judge)
+            records = run_trials(
+                tasks, agents, out / "trials", 1, "none", "default", broken=broken, scorer=judge
+            )
     report.skipped.update(skipped)
     c = console()
     c.print(verdict_table(records, "Demo agents", skipped))

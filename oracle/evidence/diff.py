@@ -230,6 +230,11 @@ class Diff(Mapping[str, SinkDiff]):
         self._sinks = MappingProxyType(dict(sorted(sinks.items())))
         self._failed = MappingProxyType(dict(failed or {}))
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Read-only views do not pickle; a diff travels between processes (controls run side
+        # by side, `oracle.cli.parallel`) as the mappings it was made from.
+        return (type(self), (dict(self._sinks), dict(self._failed)))
+
     @classmethod
     def from_json(cls, raw: Mapping[str, Any], failed: Mapping[str, str] | None = None) -> Diff:
         """The trial's diff from its `to_json` form (an archive's ``diff.json``); `failed`

@@ -36,6 +36,7 @@ from oracle.isolation.bwrap import (
     make_hidden_folders,
     unseen,
 )
+from oracle.scoring import preload
 from oracle.scoring.bundle import EvidenceBundle
 from oracle.scoring.judge import MetricPlan, StepResult, steps_to_run
 from oracle.scoring.protocol import (
@@ -73,7 +74,9 @@ def scorer_env() -> dict[str, str]:
     """What the scorer's environment keeps: where programs are, the locale, the oracle's own
     settings (task files may read server URLs from them). No credentials of the harness."""
     keep = {"PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "HOME"}
-    return {k: v for k, v in os.environ.items() if k in keep or k.startswith("ORACLE_")}
+    env = {k: v for k, v in os.environ.items() if k in keep or k.startswith("ORACLE_")}
+    env[preload.ENV] = ",".join(preload.modules())
+    return env
 
 
 def import_path() -> list[str]:

@@ -186,7 +186,13 @@ def _call_forked(
         proc.start()
     send.close()
     try:
-        if not receive.poll(timeout):
+        try:
+            ready = receive.poll(timeout)
+        except BaseException:  # Ctrl-C while it runs: it goes too, with what it started
+            _kill_group(proc.pid)
+            proc.join()
+            raise
+        if not ready:
             _kill_group(proc.pid)
             proc.join()
             return _Outcome(error=f"timed out after {timeout:g} s and was killed", timed_out=True)

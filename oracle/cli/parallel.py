@@ -1,0 +1,158 @@
+"""Tasks side by side: `oracle demo` and `oracle controls --jobs N` hand each task to one of N
+worker processes, which runs its controls (and, for the demo, the demo agents' trials) as the
+command would in one process, then hands the results back.
+
+A task's runs stay together in one worker: its controls share one sandbox and follow one
+another, and its proof is written by that worker alone. Tasks are independent of each other
+(each has its own sandbox, databases, recorders, archive folders), so running two at once
+changes no verdict; the report lists them in the order the command was given them, whatever
+order they finish in. The longest tasks are handed out first (by their own controls, a task
+that starts a workflow first of all).
+
+Workers are started by a fork server, a fresh process with nothing of the command's running:
+no scorer processes, egress recorders or server threads to inherit. Each loads the task files
+itself and starts its own scorer processes. A task defined in code, with no file to load, runs
+in the command's own process.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from oracle.authoring.sandbox_view import SandboxView
+    from oracle.authoring.task import Task
+    from oracle.controls.run import ControlsReport
+    from oracle.evidence.record import TrialRecord
+
+
+def default_jobs(tasks: int) -> int:
+    """As many workers as this machine has processors for us, at most one per task."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return max(1, min(cpus, tasks))
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What every worker is handed once: where the tasks come from and how to run them."""
+
+    files: tuple[Path, ...]
+    scorer: str
+    hidden: tuple[Path, ...]
+    controls_out: Path | None
+    timeout: float
+    #: The demo agents whose trials follow each task's controls (none: controls only).
+    agents: tuple[str, ...] = ()
+    trials_out: Path | None = None
+
+
+@dataclass
+class TaskResult:
+    """One task's part of the run, as the worker hands it back."""
+
+    task: str
+    report: ControlsReport
+    records: list[TrialRecord] = field(default_factory=list)
+    broken: list[str] = field(default_factory=list)
+
+
+def ran_elsewhere(view: SandboxView) -> object:
+    """What a control handed back by a worker runs as: it ran there, and cannot run again."""
+    raise RuntimeError("this control ran in a worker process and is not runnable here")
+
+
+def portable(report: ControlsReport) -> ControlsReport:
+    """`report` without what cannot cross to another process: each control's function (a
+    task's own, or a closure of a derived control) is replaced by `ran_elsewhere`."""
+    report.runs = [replace(r, control=replace(r.control, run=ran_elsewhere)) for r in report.runs]
+    return report
+
+
+_WORKER: dict[str, Any] = {}
+
+
+def _start_worker(plan: Plan) -> None:
+    from oracle.agents.spec import resolve_agent
+    from oracle.authoring.loader import load_tasks
+    from oracle.cli.running import make_scorer
+
+    loaded = load_tasks(list(plan.files))
+    _WORKER["plan"] = plan
+    _WORKER["tasks"] = {t.name: t for t in loaded.tasks}
+    # Not warmed for every task: each worker starts the scorers of the tasks it is handed.
+    _WORKER["scorer"] = make_scorer(plan.scorer, list(plan.hidden))
+    _WORKER["agents"] = [resolve_agent(a) for a in plan.agents]
+
+
+def _run_task(name: str) -> TaskResult:
+    from oracle.cli.running import trial_or_broken
+    from oracle.controls.run import prove
+    from oracle.evidence.archive import deferred_sync
+
+    plan: Plan = _WORKER["plan"]
+    task = _WORKER["tasks"][name]
+    scorer = _WORKER["scorer"]
+    out = TaskResult(name, prove(task, out=plan.controls_out, timeout=plan.timeout, scorer=scorer))
+    if plan.agents and plan.trials_out is not None:
+        with deferred_sync():
+            for agent in _WORKER["agents"]:
+                record, why = trial_or_broken(task, agent, plan.trials_out, 0, scorer)
+                if record is not None:
+                    out.records.append(record)
+                if why is not None:
+                    out.broken.append(why)
+    out.report = portable(out.report)
+    return out
+
+
+def _longest_first(tasks: Sequence[Task]) -> list[Task]:
+    def cost(t: Task) -> tuple[bool, int]:
+        launches = any(s.kind == "github" for s in t.sinks)
+        return (launches, len(t.controls))
+
+    return sorted(tasks, key=cost, reverse=True)
+
+
+def side_by_side(
+    tasks: Sequence[Task],
+    plan: Plan,
+    jobs: int,
+    done: Callable[[TaskResult], None],
+) -> list[TaskResult]:
+    """Run `tasks` in `jobs` workers by `plan`; `done` is called in this process as each task
+    finishes. Returns the results in the order of `tasks`. A worker that breaks (a bug of
+    ours, a worker killed) is named in its task's report, and the others still run."""
+    from oracle.controls.run import ControlsReport
+
+    ctx = multiprocessing.get_context("forkserver")
+    # Preload only what a worker needs, never the command's own __main__ (a script that
+    # would run the command again).
+    ctx.set_forkserver_preload(["oracle.cli.parallel"])
+    results: dict[str, TaskResult] = {}
+    with ProcessPoolExecutor(
+        max_workers=jobs, mp_context=ctx, initializer=_start_worker, initargs=(plan,)
+    ) as pool:
+        futures: dict[Future[TaskResult], str] = {
+            pool.submit(_run_task, t.name): t.name for t in _longest_first(tasks)
+        }
+        for future in as_completed(futures):
+            name = futures[future]
+            try:
+                result = future.result()
+            except Exception as exc:
+                report = ControlsReport(
+                    errors=[f"task {name!r}: its worker failed: {type(exc).__name__}: {exc}"]
+                )
+                result = TaskResult(name, report)
+            results[name] = result
+            done(result)
+    return [results[t.name] for t in tasks]
