@@ -32,6 +32,7 @@ from typing import Any
 import bench_agentdojo
 import bench_cli
 import bench_containers
+import bench_demo
 import bench_egress
 import bench_files
 import bench_github
@@ -83,6 +84,7 @@ BENCHMARKS: list[Benchmark] = [
         for k in bench_containers.GOALS
     ),
     Benchmark(bench_containers.NAME, bench_containers.run),
+    Benchmark(bench_demo.NAME, bench_demo.run),
 ]
 
 

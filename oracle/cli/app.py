@@ -632,12 +632,12 @@ def controls(
     except KeyError as exc:
         raise fail(str(exc.args[0])) from None
     tasks, down, skipped = _available(loaded.tasks)
-    try:
-        judge = make_scorer(scorer, private_folders(out) if out else [], tasks, warm=jobs == 1)
-    except UsageError as exc:
-        raise fail(str(exc)) from None
     hidden = private_folders(out) if out else []
     workers = _jobs(jobs, tasks)
+    try:
+        judge = make_scorer(scorer, hidden, tasks, warm=workers == 1)
+    except UsageError as exc:
+        raise fail(str(exc)) from None
     with _interruptible():
         if workers > 1:
             plan = _plan(tasks, scorer, hidden, out, timeout)
