@@ -41,6 +41,15 @@ def require_service(name: str, port: int, host: str = "127.0.0.1") -> None:
         pytest.skip(message)
 
 
+def alive(pid: int) -> bool:
+    """Whether process `pid` runs (a zombie, waiting to be reaped, does not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
 def require_tools(*tools: str, root: bool = False) -> None:
     """Skip (or, under ORACLE_REQUIRE_SERVICES=1, fail) when a program or root is missing."""
     import shutil

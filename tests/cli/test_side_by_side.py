@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli.test_cli import ORACLE, oracle
-from tests.conftest import DEMO
+from tests.conftest import DEMO, alive
 
 pytestmark = pytest.mark.e2e
 
@@ -122,14 +122,6 @@ def _alive_group(pgid: int) -> bool:
     return True
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
 def test_ctrl_c_side_by_side_exits_130_and_leaves_no_process(tmp_path):
     started = tmp_path / "started"
     tasks = tmp_path / "tasks"
@@ -157,7 +149,7 @@ def test_ctrl_c_side_by_side_exits_130_and_leaves_no_process(tmp_path):
         # body (a session of its own), are all gone.
         body = int(started.read_text())
         deadline = time.monotonic() + 30
-        while _alive_group(proc.pid) or _alive(body):
+        while _alive_group(proc.pid) or alive(body):
             assert time.monotonic() < deadline, "processes of the run are left"
             time.sleep(0.1)
     finally:

@@ -12,17 +12,9 @@ import pytest
 from oracle.scoring import pool as pool_mod
 from oracle.scoring.pool import ScorerPool
 from oracle.scoring.protocol import ChannelClosed, ChannelError, ChannelTimeout, receive, send
-from tests.conftest import DEMO
+from tests.conftest import DEMO, alive
 
 TASK = DEMO / "task_user_rename.py"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 def test_a_task_files_scorer_is_reused_and_idle_zygotes_are_ended_beyond_the_limit(tmp_path):
@@ -37,7 +29,7 @@ def test_a_task_files_scorer_is_reused_and_idle_zygotes_are_ended_beyond_the_lim
             pool.task_scorer(TASK, [tmp_path / name]).warm()
         assert len(pool._zygotes) == pool_mod.MAX_ZYGOTES
         # The least recently used one (the first) was ended, with its process.
-        assert not zygote.alive and not _alive(pid)
+        assert not zygote.alive and not alive(pid)
         assert all(z.alive for _, z in pool._zygotes)
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, alive
 
 pytestmark = pytest.mark.e2e
 ORACLE = str(Path(sys.executable).parent / "oracle")
@@ -281,17 +281,9 @@ def test_ctrl_c_stops_a_run_held_by_a_looping_predicate_and_ends_the_scorers(tmp
     else:
         assert proc.returncode == -signal.SIGKILL
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and any(_alive(p) for p in scorers):
+    while time.monotonic() < deadline and any(alive(p) for p in scorers):
         time.sleep(0.1)
-    assert not [p for p in scorers if _alive(p)]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
+    assert not [p for p in scorers if alive(p)]
 
 
 def _parent(pid: int) -> int | None:
