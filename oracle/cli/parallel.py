@@ -17,8 +17,10 @@ in the command's own process.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
+import signal
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
@@ -144,15 +146,30 @@ def side_by_side(
         futures: dict[Future[TaskResult], str] = {
             pool.submit(_run_task, t.name): t.name for t in _longest_first(tasks)
         }
-        for future in as_completed(futures):
-            name = futures[future]
-            try:
-                result = future.result()
-            except Exception as exc:
-                report = ControlsReport(
-                    errors=[f"task {name!r}: its worker failed: {type(exc).__name__}: {exc}"]
-                )
-                result = TaskResult(name, report)
-            results[name] = result
-            done(result)
+        try:
+            for future in as_completed(futures):
+                name = futures[future]
+                try:
+                    result = future.result()
+                except Exception as exc:
+                    why = f"task {name!r}: its worker failed: {type(exc).__name__}: {exc}"
+                    result = TaskResult(name, ControlsReport(errors=[why]))
+                results[name] = result
+                done(result)
+        except BaseException:
+            _stop(pool)
+            raise
     return [results[t.name] for t in tasks]
+
+
+def _stop(pool: ProcessPoolExecutor) -> None:
+    """Ctrl-C (or a bug here): no task waiting starts, and the workers are interrupted as a
+    terminal's Ctrl-C would interrupt them, so that each closes the sandbox it has open and
+    kills the control it runs (a signal to this process alone reaches none of them)."""
+    # The executor keeps its worker processes here (no public accessor before Python 3.14);
+    # shutting down forgets them, so they are taken first.
+    workers = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in workers:
+        with contextlib.suppress(ProcessLookupError, TypeError):
+            os.kill(proc.pid, signal.SIGINT)

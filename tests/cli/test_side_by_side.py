@@ -122,7 +122,10 @@ def _alive_group(pgid: int) -> bool:
     return True
 
 
-def test_ctrl_c_side_by_side_exits_130_and_leaves_no_process(tmp_path):
+@pytest.mark.parametrize("reach", ["group", "command"])
+def test_ctrl_c_side_by_side_exits_130_and_leaves_no_process(tmp_path, reach):
+    """`group`: a terminal's Ctrl-C, which every process of the run gets; `command`: SIGINT
+    to the command alone, which interrupts its workers itself."""
     started = tmp_path / "started"
     tasks = tmp_path / "tasks"
     tasks.mkdir()
@@ -141,7 +144,10 @@ def test_ctrl_c_side_by_side_exits_130_and_leaves_no_process(tmp_path):
         while not started.exists():
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
             time.sleep(0.05)
-        os.killpg(proc.pid, signal.SIGINT)
+        if reach == "group":
+            os.killpg(proc.pid, signal.SIGINT)
+        else:
+            os.kill(proc.pid, signal.SIGINT)
         stdout, stderr = proc.communicate(timeout=60)
         assert proc.returncode == 130, stdout + stderr
         assert json.loads(stdout)["exit_code"] == 130
