@@ -184,15 +184,9 @@ def _call_forked(
         # those threads' objects, so fork's warning about threads does not apply to it.
         warnings.simplefilter("ignore", DeprecationWarning)
         proc.start()
-    send.close()
     try:
-        try:
-            ready = receive.poll(timeout)
-        except BaseException:  # Ctrl-C while it runs: it goes too, with what it started
-            _kill_group(proc.pid)
-            proc.join()
-            raise
-        if not ready:
+        send.close()
+        if not receive.poll(timeout):
             _kill_group(proc.pid)
             proc.join()
             return _Outcome(error=f"timed out after {timeout:g} s and was killed", timed_out=True)
@@ -204,6 +198,14 @@ def _call_forked(
         proc.join(timeout=5)
         _kill_group(proc.pid)  # anything it left running in the background
         return _Outcome(text, [ToolCall.model_validate(c) for c in calls], error)
+    except BaseException:
+        # Ctrl-C (or anything else) while it runs: it goes too, with what it started, also
+        # before it made its own session; else this process would wait for it at exit.
+        _kill_group(proc.pid)
+        with contextlib.suppress(ProcessLookupError, TypeError):
+            os.kill(proc.pid, signal.SIGKILL)  # type: ignore[arg-type]
+        proc.join()
+        raise
     finally:
         receive.close()
 
