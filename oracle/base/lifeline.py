@@ -22,13 +22,15 @@ import sys
 PR_SET_PDEATHSIG = 1
 
 
-def die_with_parent() -> bool:
+def die_with_parent(parent: int | None = None) -> bool:
     """Have the kernel send this process SIGKILL when its parent dies; if the parent died
-    already (before the request), exit now. False where the system offers no such request
-    (not Linux)."""
+    already (before the request, or before this process got this far: it is not `parent`,
+    the pid its parent had), exit now. False where the system offers no such request (not
+    Linux)."""
     if not sys.platform.startswith("linux"):
         return False
-    parent = os.getppid()
+    if parent is None:
+        parent = os.getppid()
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         if libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) != 0:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from oracle.base.errors import UsageError as UsageError
+from oracle.base.interrupts import StopOnce
 from oracle.cli import completion
 from oracle.cli.exits import FAILED, INTERRUPTED, USAGE, epilog
 from oracle.cli.help import ReadableGroup
@@ -999,7 +1000,13 @@ _register_view_command()
 
 def main() -> None:
     completion.prepare()
-    app(prog_name="oracle")
+    # The first Ctrl-C stops the command; the ones that follow while it ends its workers,
+    # controls and sandboxes cannot cut that short (oracle.base.interrupts).
+    StopOnce.install(note="oracle: stopping; ending the run's processes first")
+    try:
+        app(prog_name="oracle")
+    finally:
+        StopOnce.ignore_from_now()
 
 
 if __name__ == "__main__":

@@ -17,10 +17,8 @@ in the command's own process.
 
 from __future__ import annotations
 
-import contextlib
 import multiprocessing
 import os
-import signal
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
@@ -83,6 +81,15 @@ _WORKER: dict[str, Any] = {}
 
 
 def _start_worker(plan: Plan) -> None:
+    from oracle.base.interrupts import StopOnce
+    from oracle.base.lifeline import die_with_parent
+    from oracle.matrix import forkserver
+
+    # A worker dies with the fork server, which dies with the command; a SIGINT (a terminal's
+    # Ctrl-C, or the command's own when it alone got one) stops the task it runs, once.
+    die_with_parent(forkserver.SERVER)
+    StopOnce.install(busy=False)
+
     from oracle.agents.spec import resolve_agent
     from oracle.authoring.loader import load_tasks
     from oracle.cli.running import make_scorer
@@ -96,6 +103,7 @@ def _start_worker(plan: Plan) -> None:
 
 
 def _run_task(name: str) -> TaskResult:
+    from oracle.base.interrupts import StopOnce
     from oracle.cli.running import trial_or_broken
     from oracle.controls.run import prove
     from oracle.evidence.archive import deferred_sync
@@ -103,15 +111,17 @@ def _run_task(name: str) -> TaskResult:
     plan: Plan = _WORKER["plan"]
     task = _WORKER["tasks"][name]
     scorer = _WORKER["scorer"]
-    out = TaskResult(name, prove(task, out=plan.controls_out, timeout=plan.timeout, scorer=scorer))
-    if plan.agents and plan.trials_out is not None:
-        with deferred_sync():
-            for agent in _WORKER["agents"]:
-                record, why = trial_or_broken(task, agent, plan.trials_out, 0, scorer)
-                if record is not None:
-                    out.records.append(record)
-                if why is not None:
-                    out.broken.append(why)
+    with StopOnce.task():
+        report = prove(task, out=plan.controls_out, timeout=plan.timeout, scorer=scorer)
+        out = TaskResult(name, report)
+        if plan.agents and plan.trials_out is not None:
+            with deferred_sync():
+                for agent in _WORKER["agents"]:
+                    record, why = trial_or_broken(task, agent, plan.trials_out, 0, scorer)
+                    if record is not None:
+                        out.records.append(record)
+                    if why is not None:
+                        out.broken.append(why)
     out.report = portable(out.report)
     return out
 
@@ -133,12 +143,13 @@ def side_by_side(
     """Run `tasks` in `jobs` workers by `plan`; `done` is called in this process as each task
     finishes. Returns the results in the order of `tasks`. A worker that breaks (a bug of
     ours, a worker killed) is named in its task's report, and the others still run."""
+    from oracle.base.interrupts import stop_pool
     from oracle.controls.run import ControlsReport
 
     ctx = multiprocessing.get_context("forkserver")
     # Preload only what a worker needs, never the command's own __main__ (a script that
-    # would run the command again).
-    ctx.set_forkserver_preload(["oracle.cli.parallel"])
+    # would run the command again); the first ties the fork server to the command.
+    ctx.set_forkserver_preload(["oracle.matrix.forkserver", "oracle.cli.parallel"])
     results: dict[str, TaskResult] = {}
     with ProcessPoolExecutor(
         max_workers=jobs, mp_context=ctx, initializer=_start_worker, initargs=(plan,)
@@ -157,19 +168,8 @@ def side_by_side(
                 results[name] = result
                 done(result)
         except BaseException:
-            _stop(pool)
+            # Ctrl-C (or a bug here): no task waiting starts, and each worker closes the
+            # sandbox it has open and kills the control it runs.
+            stop_pool(pool)
             raise
     return [results[t.name] for t in tasks]
-
-
-def _stop(pool: ProcessPoolExecutor) -> None:
-    """Ctrl-C (or a bug here): no task waiting starts, and the workers are interrupted as a
-    terminal's Ctrl-C would interrupt them, so that each closes the sandbox it has open and
-    kills the control it runs (a signal to this process alone reaches none of them)."""
-    # The executor keeps its worker processes here (no public accessor before Python 3.14);
-    # shutting down forgets them, so they are taken first.
-    workers = list((getattr(pool, "_processes", None) or {}).values())
-    pool.shutdown(wait=False, cancel_futures=True)
-    for proc in workers:
-        with contextlib.suppress(ProcessLookupError, TypeError):
-            os.kill(proc.pid, signal.SIGINT)

@@ -47,6 +47,7 @@ from oracle.authoring.sandbox_view import SandboxView
 from oracle.authoring.task import Task
 from oracle.authoring.versions import task_digest
 from oracle.base.errors import UsageError
+from oracle.base.interrupts import StopOnce, stop_pool
 from oracle.base.lifeline import die_with_parent
 from oracle.base.signing import SIGNATURE_SUFFIX, default_key_folder, signature_path
 from oracle.evidence.archive import private_folders
@@ -263,8 +264,12 @@ def _context(matrix_bytes: bytes, matrix_path: str, hidden: Sequence[str]) -> Wo
 
 
 def _init_worker(matrix_bytes: bytes, matrix_path: str, hidden: Sequence[str]) -> None:
-    # A worker dies with the fork server it was forked from, which dies with the driver.
-    die_with_parent()
+    # A worker dies with the fork server it was forked from, which dies with the driver; a
+    # SIGINT (a terminal's Ctrl-C, or the driver's when it alone got one) stops its batch, once.
+    from oracle.matrix import forkserver
+
+    die_with_parent(forkserver.SERVER)
+    StopOnce.install(busy=False)
     _context(matrix_bytes, matrix_path, hidden)
     # Sandboxes still closing when the pool shuts this worker down are finished first.
     multiprocessing.util.Finalize(None, drain, exitpriority=100)
@@ -283,7 +288,8 @@ def _worker_run_batch(
     matrix_bytes: bytes, matrix_path: str, hidden: Sequence[str], cells: list[dict[str, Any]]
 ) -> list[PackedCell]:
     ctx = _context(matrix_bytes, matrix_path, hidden)
-    return [ctx.run_cell(Cell.model_validate(c)) for c in cells]
+    with StopOnce.task():
+        return [ctx.run_cell(Cell.model_validate(c)) for c in cells]
 
 
 def _batches(cells: list[Cell], jobs: int) -> list[list[Cell]]:
@@ -447,8 +453,7 @@ def _local(
             for fut in cf.as_completed(futures):
                 yield from _paired(futures[fut], fut.result())
         except BaseException:
-            for f in futures:
-                f.cancel()
+            stop_pool(pool)
             raise
 
 

@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from oracle.authoring.sandbox_view import SandboxView
+from oracle.base.interrupts import shielded
+from oracle.base.lifeline import die_with_parent
 from oracle.evidence.attempt import Attempt
 from oracle.evidence.invocation import Invocation, Step
 from oracle.evidence.tools import ToolCall, recording
@@ -173,18 +175,23 @@ def _call_forked(
     receive, send = ctx.Pipe(duplex=False)
 
     def child() -> None:
-        os.setsid()  # its own process group, so a timeout kills what it started too
+        # It dies with this process, however this process ends (killed included), and is
+        # its own process group, so a timeout kills what it started too.
+        die_with_parent()
+        os.setsid()
         outcome = _call_here(fn, view)
         send.send((outcome.text, [c.model_dump() for c in outcome.calls], outcome.error))
 
     proc = ctx.Process(target=child, daemon=False)
-    with warnings.catch_warnings():
-        # The harness may run server threads (the egress recorder's reader, the SMTP loop).
-        # The child only runs the callable against the sandbox's endpoints and never touches
-        # those threads' objects, so fork's warning about threads does not apply to it.
-        warnings.simplefilter("ignore", DeprecationWarning)
-        proc.start()
     try:
+        # A Ctrl-C during the fork would leave a child that nothing here knows of.
+        with shielded(), warnings.catch_warnings():
+            # The harness may run server threads (the egress recorder's reader, the SMTP
+            # loop). The child only runs the callable against the sandbox's endpoints and
+            # never touches those threads' objects, so fork's warning about threads does
+            # not apply to it.
+            warnings.simplefilter("ignore", DeprecationWarning)
+            proc.start()
         send.close()
         if not receive.poll(timeout):
             _kill_group(proc.pid)
@@ -200,11 +207,14 @@ def _call_forked(
         return _Outcome(text, [ToolCall.model_validate(c) for c in calls], error)
     except BaseException:
         # Ctrl-C (or anything else) while it runs: it goes too, with what it started, also
-        # before it made its own session; else this process would wait for it at exit.
-        _kill_group(proc.pid)
-        with contextlib.suppress(ProcessLookupError, TypeError):
-            os.kill(proc.pid, signal.SIGKILL)  # type: ignore[arg-type]
-        proc.join()
+        # before it made its own session; else this process would wait for it at exit. A
+        # second Ctrl-C must not cut this short.
+        if proc.pid is not None:
+            with shielded():
+                _kill_group(proc.pid)
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, signal.SIGKILL)
+                proc.join()
         raise
     finally:
         receive.close()

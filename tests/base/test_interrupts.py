@@ -1,0 +1,110 @@
+"""Ctrl-C once (oracle.base.interrupts): the first SIGINT stops, later ones cannot cut the stop
+short, a shielded clean-up runs whole, and a pool's workers are ended within a grace period."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import time
+from concurrent.futures import ProcessPoolExecutor
+
+import pytest
+
+from oracle.base.interrupts import StopOnce, shielded, stop_pool
+
+
+@pytest.fixture(autouse=True)
+def _sigint_restored():
+    before = signal.getsignal(signal.SIGINT)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
+def test_the_first_sigint_raises_and_the_later_ones_are_remembered(capfd):
+    StopOnce.install(note="stopping")
+    with pytest.raises(KeyboardInterrupt):
+        signal.raise_signal(signal.SIGINT)
+    signal.raise_signal(signal.SIGINT)  # the stop goes on
+    signal.raise_signal(signal.SIGINT)
+    assert StopOnce.requested
+    assert capfd.readouterr().err == "stopping\n" * 2
+
+
+def test_installing_again_forgets_nothing():
+    StopOnce.install(busy=False)
+    signal.raise_signal(signal.SIGINT)  # idle: remembered, nothing raised
+    StopOnce.install(busy=False)
+    assert StopOnce.requested
+    with pytest.raises(KeyboardInterrupt, match="before this task started"), StopOnce.task():
+        pytest.fail("a task started after Ctrl-C")
+
+
+def test_an_idle_worker_raises_only_inside_a_task():
+    StopOnce.install(busy=False)
+    ran = []
+    with StopOnce.task():
+        ran.append("first")
+    with pytest.raises(KeyboardInterrupt), StopOnce.task():
+        signal.raise_signal(signal.SIGINT)
+        ran.append("not reached")
+    signal.raise_signal(signal.SIGINT)  # after the stop: ignored
+    assert ran == ["first"]
+    assert not StopOnce.busy
+
+
+def test_a_shielded_block_runs_whole_and_the_sigint_follows_it():
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    steps = []
+    with pytest.raises(KeyboardInterrupt):
+        with shielded():
+            signal.raise_signal(signal.SIGINT)
+            steps.append("after the signal")
+        steps.append("not reached")
+    assert steps == ["after the signal"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def _deaf_worker() -> int:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    return os.getpid()
+
+
+def _sleep(seconds: float) -> None:
+    with StopOnce.task():
+        time.sleep(seconds)
+
+
+def _obedient_worker() -> None:
+    StopOnce.install(busy=False)
+
+
+def test_stop_pool_interrupts_workers_and_kills_those_that_do_not_end():
+    ctx = multiprocessing.get_context("forkserver")
+    for init, grace, ends_by in ((_obedient_worker, 30.0, "SIGINT"), (_deaf_worker, 0.5, "kill")):
+        pool = ProcessPoolExecutor(max_workers=2, mp_context=ctx, initializer=init)
+        futures = [pool.submit(_sleep, 60) for _ in range(4)]
+        procs = []
+        while len(procs) < 2 or not all(p.pid for p in procs):
+            procs = list(pool._processes.values())
+            time.sleep(0.05)
+        time.sleep(0.5)  # both are inside a task
+        begun = time.monotonic()
+        stop_pool(pool, grace=grace)
+        took = time.monotonic() - begun
+        for p in procs:
+            p.join(5)
+            assert p.exitcode is not None, ends_by
+        # None waiting started: the last was cancelled, the one already handed to the
+        # workers' queue stopped as it started.
+        assert futures[3].cancelled(), ends_by
+        if ends_by == "SIGINT":
+            with pytest.raises(KeyboardInterrupt, match="before this task started"):
+                futures[2].result()
+        # The sleeping tasks were ended, not waited for (60 s).
+        assert took < 20, (ends_by, took)
+        if ends_by == "kill":
+            assert all(p.exitcode == -signal.SIGKILL for p in procs)
+        else:
+            assert all(p.exitcode != -signal.SIGKILL for p in procs)
+        pool.shutdown(wait=True)
