@@ -1,5 +1,6 @@
 """Workers die with their driver: a SIGKILLed `oracle matrix run --jobs 2` leaves no fork
-server and no worker running."""
+server and no worker running; Ctrl-C, pressed once or again and again, stops the run (exit 130)
+and leaves none either."""
 
 from __future__ import annotations
 
@@ -59,11 +60,11 @@ def cmdline(pid: int) -> str:
         return ""
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="parent-death signals: Linux")
-def test_a_killed_driver_takes_its_fork_server_and_workers_along(tmp_path: Path):
+def _start_slow_matrix(tmp_path: Path) -> subprocess.Popen[bytes]:
+    """`oracle matrix run --jobs 2` of two cells whose agent sleeps, in a process group of its
+    own (as a terminal's Ctrl-C reaches it)."""
     (tmp_path / "agent.py").write_text(SLOW_AGENT)
-    pids = tmp_path / "pids"
-    pids.mkdir()
+    (tmp_path / "pids").mkdir()
     tasks = [f"{DEMO}/task_{n}.py" for n in ("log_level", "user_rename")]
     matrix = write_matrix(
         tmp_path, tasks=tasks, harnesses=f'slow = {{agent = "{tmp_path / "agent.py"}:act"}}'
@@ -71,8 +72,8 @@ def test_a_killed_driver_takes_its_fork_server_and_workers_along(tmp_path: Path)
     key = new_key()
     write_key_pair(key, tmp_path / "k.key", tmp_path / "k.pub")
     (tmp_path / "tmp").mkdir()  # the killed run's sandboxes stay in here
-    env = {**os.environ, "PIDS": str(pids), "TMPDIR": str(tmp_path / "tmp")}
-    driver = subprocess.Popen(
+    env = {**os.environ, "PIDS": str(tmp_path / "pids"), "TMPDIR": str(tmp_path / "tmp")}
+    return subprocess.Popen(
         [
             str(Path(sys.executable).parent / "oracle"),
             "matrix",
@@ -86,31 +87,72 @@ def test_a_killed_driver_takes_its_fork_server_and_workers_along(tmp_path: Path)
             "2",
         ],
         cwd=REPO,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
         env=env,
+        start_new_session=True,
     )
+
+
+def _wait_for_two_cells(driver: subprocess.Popen[bytes], pids: Path) -> tuple[list[int], list[int]]:
+    """The pids of the processes running the two cells, and of the driver's fork server."""
+    workers: list[int] = []
+    deadline = time.monotonic() + 180
+    while len(workers) < 2 and time.monotonic() < deadline and driver.poll() is None:
+        workers = [int(p.name) for p in pids.iterdir()]
+        time.sleep(0.1)
+    assert len(workers) == 2, "the two workers never started a cell"
+    servers = [p for p in children(driver.pid) if "forkserver" in cmdline(p)]
+    assert servers, "no fork server among the driver's children"
+    return workers, servers
+
+
+def _none_left(pids: list[int]) -> list[int]:
+    # A liveness bound, not a timing claim.
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and any(map(running, pids)):
+        time.sleep(0.1)
+    return [p for p in pids if running(p)]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="parent-death signals: Linux")
+def test_a_killed_driver_takes_its_fork_server_and_workers_along(tmp_path: Path):
+    driver = _start_slow_matrix(tmp_path)
     workers: list[int] = []
     servers: list[int] = []
     try:
-        deadline = time.monotonic() + 180
-        while len(workers) < 2 and time.monotonic() < deadline and driver.poll() is None:
-            workers = [int(p.name) for p in pids.iterdir()]
-            time.sleep(0.1)
-        assert len(workers) == 2, "the two workers never started a cell"
-        servers = [p for p in children(driver.pid) if "forkserver" in cmdline(p)]
-        assert servers, "no fork server among the driver's children"
+        workers, servers = _wait_for_two_cells(driver, tmp_path / "pids")
         os.kill(driver.pid, signal.SIGKILL)
         driver.wait(timeout=30)
-        # A liveness bound, not a timing claim: the kernel kills them as the parent goes.
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and any(map(running, [*workers, *servers])):
-            time.sleep(0.1)
-        assert [p for p in servers if running(p)] == [], "the fork server outlived its driver"
-        assert [p for p in workers if running(p)] == [], "workers outlived their driver"
+        # The kernel kills them as the parent goes.
+        assert _none_left(servers) == [], "the fork server outlived its driver"
+        assert _none_left(workers) == [], "workers outlived their driver"
     finally:
         if driver.poll() is None:
             driver.kill()
         for p in [*workers, *servers]:  # what this test started, if it survived
+            if running(p):
+                os.kill(p, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("presses", [1, 4])
+def test_ctrl_c_stops_the_run_and_leaves_no_process(tmp_path: Path, presses: int):
+    driver = _start_slow_matrix(tmp_path)
+    workers: list[int] = []
+    servers: list[int] = []
+    try:
+        workers, servers = _wait_for_two_cells(driver, tmp_path / "pids")
+        for gap in [0.002, 0.03, 0.002, 0.03][:presses]:
+            os.killpg(driver.pid, signal.SIGINT)
+            time.sleep(gap)
+        output, _ = driver.communicate(timeout=90)
+        assert driver.returncode == 130, output.decode()[-3000:]
+        assert b"finished cells are kept" in output
+        assert _none_left([*workers, *servers]) == [], "processes of the run are left"
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.wait()
+        for p in [*workers, *servers]:
             if running(p):
                 os.kill(p, signal.SIGKILL)
