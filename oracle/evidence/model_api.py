@@ -58,6 +58,11 @@ class Exchange:
     response_body: bytes | None
     why_not_whole: str | None = None
     request_headers: Mapping[str, str] = field(default_factory=dict)
+    #: Where the exchange broke after the host began to answer (`response_body` None): the
+    #: response as far as it arrived, decoded. Read only as a stream that reached its own
+    #: end event (OpenAI's ``[DONE]``, Anthropic's ``message_stop``): an SDK hangs up there,
+    #: at times before the last bytes of the transfer passed the recorder.
+    partial_response_body: bytes | None = None
 
 
 def _json(data: bytes | None) -> Any:
@@ -134,6 +139,8 @@ class _Read:
     cached_input_tokens: int | None = None
     cache_write_tokens: int | None = None
     note: str | None = None
+    #: A stream whose own end event was read.
+    ended: bool = False
 
 
 def _openai_usage(read: _Read, usage: Any) -> None:
@@ -207,6 +214,7 @@ def _read_stream(provider: str, api: Api, data: bytes) -> _Read:
             seen_end = seen_end or ev.get("usage") is not None
     if b"data: [DONE]" in data:
         seen_end = True
+    read.ended = seen_end
     if read.note is None and (read.input_tokens is None or read.output_tokens is None):
         if api == "chat.completions" and seen_end:
             read.note = (
@@ -236,7 +244,12 @@ def recognise(ex: Exchange) -> ModelCall | None:
         if ex.why_not_whole and ex.status is None:
             read.note += f"; {ex.why_not_whole}"
     elif ex.response_body is None:
-        read.note = f"the response body was not kept whole: {ex.why_not_whole or 'unknown'}"
+        if streamed and ex.partial_response_body is not None:
+            read = _read_stream(provider, api, ex.partial_response_body)
+        if not read.ended:
+            read = _Read(
+                note=f"the response body was not kept whole: {ex.why_not_whole or 'unknown'}"
+            )
     elif streamed:
         read = _read_stream(provider, api, ex.response_body)
     else:

@@ -15,7 +15,7 @@ from oracle.evidence.model_api import Exchange, recognise
 from oracle.evidence.usage import ModelCall
 from oracle.proxies.egress import EgressRecorder
 from oracle.proxies.egress_log import Body, EgressRequest, Header, ResponseBody
-from oracle.sinks.content_coding import decode
+from oracle.sinks.content_coding import LIMIT, decode
 
 
 def _header(headers: list[Header], name: str) -> str | None:
@@ -40,6 +40,20 @@ def _decoded(body: Body, coding: str | None) -> tuple[bytes | None, str | None]:
     return (out.data if out.data is not None else body.data()), None
 
 
+def _arrived(body: Body, coding: str | None) -> bytes | None:
+    """What arrived of a body whose exchange broke, decoded as far as it goes; None where it
+    was cut at the cap or does not decode."""
+    if body.truncated:
+        return None
+    try:
+        out = decode(body.data(), coding)
+    except Exception:
+        return None
+    if out.error is not None or (out.data is not None and len(out.data) >= LIMIT):
+        return None
+    return out.data if out.data is not None else body.data()
+
+
 def exchange_of(sink: str, request: EgressRequest, kept: ResponseBody | None) -> Exchange:
     """What `model_api` reads of one recorded request and the response body kept for it.
 
@@ -52,6 +66,7 @@ def exchange_of(sink: str, request: EgressRequest, kept: ResponseBody | None) ->
     elif request.state != "pending":
         req_body = b""
     response: bytes | None = None
+    partial: bytes | None = None
     why: str | None = None
     status = request.status if request.state == "complete" else None
     answered = request.response_headers
@@ -62,6 +77,7 @@ def exchange_of(sink: str, request: EgressRequest, kept: ResponseBody | None) ->
     elif kept.error is not None:
         why = f"the exchange broke before the answer ended: {kept.error}"
         status, answered = kept.status, list(kept.headers)
+        partial = _arrived(kept.body, _header(answered, "content-encoding"))
     else:
         response, why = _decoded(kept.body, _header(request.response_headers, "content-encoding"))
     return Exchange(
@@ -75,6 +91,7 @@ def exchange_of(sink: str, request: EgressRequest, kept: ResponseBody | None) ->
         content_type=_header(answered, "content-type") or "",
         response_body=response,
         why_not_whole=why,
+        partial_response_body=partial,
         request_headers={h.name.lower(): h.value for h in request.headers},
     )
 

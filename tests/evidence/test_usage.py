@@ -6,6 +6,7 @@ the recorder is in tests/sinks/test_egress_usage.py."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -105,6 +106,66 @@ def test_anthropic_cache_reads_and_writes_count_as_input():
     c = recognise(exchange("/v1/messages", json.dumps(body).encode()))
     assert c is not None
     assert (c.input_tokens, c.cached_input_tokens, c.cache_write_tokens) == (240, 200, 30)
+
+
+def _chat_stream(*, done: bool) -> bytes:
+    """A chat completion streamed with its usage and ``[DONE]``; without them when not
+    `done` (the usage chunk is the last one before ``[DONE]``: it ends the answer too)."""
+    chunk = {"model": "gpt-x", "choices": [{"delta": {"content": "hi"}}]}
+    if not done:
+        return sse(("", chunk))
+    usage = {"model": "gpt-x", "choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": 2}}
+    return sse(("", chunk), ("", usage)) + b"data: [DONE]\n\n"
+
+
+@pytest.mark.parametrize("done", [True, False])
+def test_a_broken_stream_is_read_only_when_it_reached_its_end_event(done):
+    """The client hung up (an SDK stops at ``[DONE]``) before the last bytes of the transfer
+    passed the recorder: what arrived is read where the stream's own end event is in it."""
+    ex = exchange(
+        "/v1/chat/completions",
+        None,
+        content_type="text/event-stream",
+        why="the exchange broke before the answer ended: Client disconnected.",
+    )
+    c = recognise(replace(ex, partial_response_body=_chat_stream(done=done)))
+    assert c is not None
+    if done:
+        assert (c.model, c.input_tokens, c.output_tokens, c.note) == ("gpt-x", 4, 2, None)
+    else:
+        assert (c.model, c.input_tokens, c.output_tokens) == (None, None, None)
+        assert c.note == (
+            "the response body was not kept whole: the exchange broke before the answer "
+            "ended: Client disconnected."
+        )
+
+
+def test_an_anthropic_stream_broken_after_message_stop_is_read():
+    start = {
+        "type": "message_start",
+        "message": {"model": "claude-x", "usage": {"input_tokens": 3}},
+    }
+    delta = {"type": "message_delta", "usage": {"output_tokens": 9}}
+    arrived = sse(("message_start", start), ("message_delta", delta))
+    stopped = arrived + sse(("message_stop", {"type": "message_stop"}))
+    for partial, known in ((stopped, True), (arrived, False)):
+        ex = exchange("/v1/messages", None, content_type="text/event-stream", why="broke")
+        c = recognise(replace(ex, partial_response_body=partial))
+        assert c is not None
+        expected = ("claude-x", 3, 9) if known else (None, None, None)
+        assert (c.model, c.input_tokens, c.output_tokens) == expected
+
+
+def test_a_broken_answer_that_is_no_stream_stays_unknown():
+    whole = b'{"model": "m", "usage": {"prompt_tokens": 1, "completion_tokens": 1}}'
+    ex = replace(exchange("/v1/chat/completions", None, why="broke"), partial_response_body=whole)
+    c = recognise(ex)
+    assert c is not None
+    assert (c.model, c.input_tokens, c.note) == (
+        None,
+        None,
+        "the response body was not kept whole: broke",
+    )
 
 
 def test_an_anthropic_stream_that_ended_early_has_unknown_tokens():

@@ -30,6 +30,7 @@ class ModelApi:
         self.encoding: str | None = None  # "gzip", "br" or "zstd": the body's content coding
         self.pad = 0  # bytes of filler text in the answer
         self.delay = 0.0  # seconds between the chunks of a stream
+        self.hold_end = 0.0  # seconds between a stream's last event and the end of its transfer
         self.received: list[dict[str, Any]] = []
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self.port = int(self._server.server_address[1])
@@ -216,6 +217,7 @@ def _handler(api: ModelApi) -> type[BaseHTTPRequestHandler]:
                     self.wfile.write(f"{len(part):x}\r\n".encode() + part + b"\r\n")
                     self.wfile.flush()
                     time.sleep(api.delay)
+                time.sleep(api.hold_end)
                 self.wfile.write(b"0\r\n\r\n")
             except (BrokenPipeError, ConnectionResetError):
                 pass  # the client (or the recorder for it) hung up

@@ -55,7 +55,7 @@ def sandbox(api: ModelApi) -> Iterator[Sandbox]:
 
 @pytest.fixture(autouse=True)
 def _server_defaults(api: ModelApi, monkeypatch: pytest.MonkeyPatch) -> None:
-    api.answer_as, api.encoding, api.pad, api.delay = None, None, 0, 0.0
+    api.answer_as, api.encoding, api.pad, api.delay, api.hold_end = None, None, 0, 0.0, 0.0
     api.input_tokens, api.output_tokens = 11, 7
     monkeypatch.delenv("ORACLE_PRICES", raising=False)
 
@@ -145,6 +145,37 @@ def test_anthropic_sdk_streamed_and_whole(api, sandbox):
         ("anthropic", "messages", False, "claude-test", 13, 5),
     ]
     assert (usage.input_tokens, usage.output_tokens, usage.unknown_calls) == (26, 10, 0)
+
+
+def test_an_sdk_that_hangs_up_at_the_streams_end_event_still_shows_model_and_tokens(api, sandbox):
+    """The SDK's iterator stops at ``[DONE]`` and closes the connection; the end of the
+    transfer (the chunked body's last bytes) comes later, so the recorder sees the exchange
+    break. The answer had ended: its model and tokens are read from what arrived."""
+    import openai
+
+    api.hold_end = 0.5
+
+    def agent(view: SandboxView) -> str:
+        client = openai.OpenAI(
+            base_url=f"{api.url}/v1", api_key="sk-test", http_client=proxied(view), max_retries=0
+        )
+        stream = client.chat.completions.create(
+            model="gpt-held",
+            messages=[{"role": "user", "content": "hi"}],
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+        return "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+
+    usage = trial(sandbox, agent)
+    (call,) = usage.calls
+    assert (call.streamed, call.model, call.input_tokens, call.output_tokens, call.note) == (
+        True,
+        "gpt-held",
+        11,
+        7,
+        None,
+    )
 
 
 @pytest.mark.parametrize("coding", ["gzip", "br", "zstd"])
