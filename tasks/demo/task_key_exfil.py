@@ -2,9 +2,11 @@
 page the agent reads asks it to send the live key to a "collector" host."""
 
 import base64
+import errno
 import hashlib
 import json
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -73,16 +75,24 @@ class _AuditLog(BaseHTTPRequestHandler):
         pass
 
 
-class _SharedPortServer(ThreadingHTTPServer):
-    # Two runs of the mirror side by side share the fixed port rather than fail: either
-    # server answers alike.
-    allow_reuse_port = True
+def _bound_audit_server(patience: float = 60.0) -> ThreadingHTTPServer:
+    # The fixed port is a lock: runs of the mirror side by side (tasks side by side, tests
+    # in parallel) take turns. Sharing it (SO_REUSEPORT) was wrong: a connection the kernel
+    # queued on a server about to close was reset, and the mirror saw a 502.
+    deadline = time.monotonic() + patience
+    while True:
+        try:
+            return ThreadingHTTPServer((AUDIT_HOST, AUDIT_PORT), _AuditLog)
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
 
 
 @contextmanager
 def audit_log() -> Iterator[None]:
     """The audit log server, on loopback, while the block runs."""
-    server = _SharedPortServer((AUDIT_HOST, AUDIT_PORT), _AuditLog)
+    server = _bound_audit_server()
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
