@@ -63,24 +63,35 @@ system-deps:
 # (ORACLE_SERVERS=local turns that off); where neither is there, their tasks are skipped, and
 # the skip message says how to get them.
 trial: $(STAMP) system-deps
+	@$(BYTECODE)
 	rm -rf runs/demo
 	ORACLE_SERVERS=$${ORACLE_SERVERS:-containers} $(BIN)/oracle demo tasks/demo tasks/github --out runs/demo
 
-# `make test` runs the tests in one process; `make test PYTEST_WORKERS=3` runs them in three
-# side by side (pytest-xdist, each file in one worker). On this 2-core machine three workers
-# took 12-15 minutes against about 15 serially, and tests that kill process trees raced there,
-# so one process is the default. TEST_ARGS is passed on (`make test TEST_ARGS="tests/sinks -x"`).
-PYTEST_WORKERS ?= 1
+# `make test` runs the tests side by side in PYTEST_WORKERS processes (pytest-xdist; by default
+# two per processor, at most 8): most tests wait on servers, subprocesses and sockets, so more
+# workers than cores pays. Each worker takes the next test when it is free, except that tests
+# sharing a fixture made once per module or a dear session fixture stay in one worker
+# (loadgroup; tests/conftest.py). `make test PYTEST_WORKERS=1` runs them in one process;
+# TEST_ARGS is passed on (`make test TEST_ARGS="tests/sinks -x"`).
+PYTEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); n=$$((n * 2)); echo $$((n > 8 ? 8 : n)))
 TEST_ARGS ?=
-PYTEST_PARALLEL = $(if $(filter 0 1,$(PYTEST_WORKERS)),-n 0,-n $(PYTEST_WORKERS) --dist loadfile)
+PYTEST_PARALLEL = $(if $(filter 0 1,$(PYTEST_WORKERS)),-n 0,-n $(PYTEST_WORKERS) --dist loadgroup)
+
+# Every process the tests start (the CLI, scorer zygotes, worker processes) imports oracle: its
+# bytecode is compiled once here, and written where an environment asks Python not to
+# (PYTHONDONTWRITEBYTECODE), or each of them would compile it again (0.3 s apiece, measured).
+BYTECODE := PYTHONDONTWRITEBYTECODE= $(BIN)/python -m compileall -q -j 0 oracle tasks
 
 test: $(STAMP) system-deps
-	RAY_USAGE_STATS_ENABLED=0 $(BIN)/pytest $(PYTEST_PARALLEL) $(TEST_ARGS)
+	@$(BYTECODE)
+	PYTHONDONTWRITEBYTECODE= RAY_USAGE_STATS_ENABLED=0 $(BIN)/pytest $(PYTEST_PARALLEL) $(TEST_ARGS)
 
 bench: $(STAMP) system-deps
+	@$(BYTECODE)
 	$(BIN)/python benchmarks/run.py
 
 bench-quick: $(STAMP) system-deps
+	@$(BYTECODE)
 	$(BIN)/python benchmarks/run.py --quick
 
 lint: $(STAMP)

@@ -318,3 +318,31 @@ def redis_up() -> None:
 @pytest.fixture
 def rabbit_up() -> None:
     require_service("RabbitMQ", 5672)
+
+
+#: Session fixtures that are dear to make (a demo run, a served viewer): the tests that use
+#: one run in one worker when the suite runs side by side, so it is made once, not per worker.
+SHARED_SESSION_FIXTURES = frozenset({"demo_run", "runs", "view"})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under ``--dist loadgroup`` (`make test`), tests that share a fixture made once per
+    module (a server, a sandbox, a browser) run in the worker that made it, and so do the
+    users of each dear session fixture; every other test goes to whichever worker is free."""
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        if info is None:
+            continue
+        group = None
+        for name in item.fixturenames:
+            defs = info.name2fixturedefs.get(name)
+            if not defs:
+                continue
+            scope = defs[-1].scope
+            if scope == "session" and name in SHARED_SESSION_FIXTURES:
+                group = f"session:{name}"
+                break
+            if scope in ("module", "package", "class") and group is None:
+                group = item.nodeid.split("::")[0]
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
