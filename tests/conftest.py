@@ -325,6 +325,8 @@ def rabbit_up() -> None:
 SHARED_SESSION_FIXTURES = frozenset({"demo_run", "runs", "view"})
 
 
+# First: xdist reads the groups in its own hook of the same name.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under ``--dist loadgroup`` (`make test`), tests that share a fixture made once per
     module (a server, a sandbox, a browser) run in the worker that made it, and so do the

@@ -28,7 +28,6 @@ from types import MappingProxyType
 from typing import Any, ClassVar, Literal, TypedDict
 from urllib.parse import urlsplit, urlunsplit
 
-from deepdiff import DeepDiff
 from pydantic import BaseModel, ConfigDict, TypeAdapter
 
 from oracle.base.canonical import Json, digest_json, to_jsonable
@@ -326,6 +325,8 @@ class KeyChanged(Change):
 def _detail(old: Json, new: Json) -> dict[str, Any] | None:
     if not isinstance(old, dict | list) or not isinstance(new, dict | list):
         return None
+    from deepdiff import DeepDiff  # only deep values need it (see oracle.sinks.sql_diff)
+
     out: dict[str, Any] = json.loads(DeepDiff(old, new, verbose_level=2).to_json())
     return out
 
