@@ -11,6 +11,7 @@ CI sets where it starts one), so a machine without Docker support stays honest.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import socket
@@ -320,31 +321,73 @@ def rabbit_up() -> None:
     require_service("RabbitMQ", 5672)
 
 
-#: Session fixtures that are dear to make (a demo run, a served viewer): the tests that use
-#: one run in one worker when the suite runs side by side, so it is made once, not per worker.
-SHARED_SESSION_FIXTURES = frozenset({"demo_run", "runs", "view"})
+#: Session fixtures that are dear to make (a demo run, a served viewer) → their group: the
+#: tests that use one run in one worker when the suite runs side by side, so that it is made
+#: once, not per worker (a fixture and those it is made from share a group).
+SHARED_SESSION_FIXTURES = {"demo_run": "matrix demo run", "runs": "viewer", "view": "viewer"}
+#: Where the workers of a side-by-side run write the group of each test (set by the
+#: controller, inherited by its workers).
+GROUPS_ENV = "ORACLE_TEST_GROUPS"
 
 
-# First: xdist reads the groups in its own hook of the same name.
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under ``--dist loadgroup`` (`make test`), tests that share a fixture made once per
-    module (a server, a sandbox, a browser) run in the worker that made it, and so do the
-    users of each dear session fixture; every other test goes to whichever worker is free."""
-    for item in items:
-        info = getattr(item, "_fixtureinfo", None)
-        if info is None:
+def _group_of(item: pytest.Item) -> str | None:
+    """The group `item` runs in: the users of a dear session fixture together, and the tests
+    of a module that share a fixture made once per module (a server, a sandbox, a browser)."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return None
+    group = None
+    for name in item.fixturenames:
+        defs = info.name2fixturedefs.get(name)
+        if not defs:
             continue
-        group = None
-        for name in item.fixturenames:
-            defs = info.name2fixturedefs.get(name)
-            if not defs:
-                continue
-            scope = defs[-1].scope
-            if scope == "session" and name in SHARED_SESSION_FIXTURES:
-                group = f"session:{name}"
-                break
-            if scope in ("module", "package", "class") and group is None:
-                group = item.nodeid.split("::")[0]
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
+        scope = defs[-1].scope
+        if scope == "session" and name in SHARED_SESSION_FIXTURES:
+            return SHARED_SESSION_FIXTURES[name]
+        if scope in ("module", "package", "class") and group is None:
+            group = item.nodeid.split("::")[0]
+    return group
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if (
+        getattr(config, "workerinput", None) is None
+        and config.getoption("dist", "no") == "loadgroup"
+    ):
+        folder = Path(tempfile.mkdtemp(prefix="oracle-test-groups-"))
+        os.environ[GROUPS_ENV] = str(folder / "groups.json")
+        config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In a worker of a side-by-side run, write each test's group where the controller's
+    scheduler reads it (`pytest_xdist_make_scheduler`)."""
+    target = os.environ.get(GROUPS_ENV)
+    if getattr(config, "workerinput", None) is None or not target:
+        return
+    groups = {item.nodeid: g for item in items if (g := _group_of(item)) is not None}
+    tmp = Path(f"{target}.{os.getpid()}")
+    tmp.write_text(json.dumps(groups))
+    os.replace(tmp, target)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """``--dist loadgroup`` (`make test`), done here: xdist's own reads groups from a node
+    attribute that pytest 9 no longer has, and grouped nothing. Each test is its own unit of
+    work, handed to whichever worker is free, except the tests of one group (`_group_of`),
+    which go to one worker together."""
+    target = os.environ.get(GROUPS_ENV)
+    if config.getoption("dist", "no") != "loadgroup" or not target:
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Grouped(LoadScopeScheduling):  # type: ignore[misc]
+        _groups: dict[str, str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self._groups is None:
+                # Read once all workers have collected (scheduling starts after that).
+                self._groups = json.loads(Path(target).read_text())
+            return self._groups.get(nodeid, nodeid)
+
+    return Grouped(config, log)

@@ -22,15 +22,13 @@ import sys
 PR_SET_PDEATHSIG = 1
 
 
-def die_with_parent(parent: int | None = None) -> bool:
+def die_with_parent() -> bool:
     """Have the kernel send this process SIGKILL when its parent dies; if the parent died
-    already (before the request, or before this process got this far: it is not `parent`,
-    the pid its parent had), exit now. False where the system offers no such request (not
-    Linux)."""
+    already (before the request), exit now. False where the system offers no such request
+    (not Linux)."""
     if not sys.platform.startswith("linux"):
         return False
-    if parent is None:
-        parent = os.getppid()
+    parent = os.getppid()
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         if libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) != 0:
@@ -40,3 +38,17 @@ def die_with_parent(parent: int | None = None) -> bool:
     if os.getppid() != parent:  # the parent died between the two calls
         os._exit(1)
     return True
+
+
+def tie_to_driver(driver: int) -> None:
+    """In a pool's worker (forked from a fork server that dies with `driver`, the process
+    that made the pool): die with the fork server, and exit now if `driver` is gone already.
+    A worker that was still starting when the driver died may have been handed to another
+    parent before it asked to die with its own; it must not wait for work for ever."""
+    die_with_parent()
+    try:
+        os.kill(driver, 0)
+    except ProcessLookupError:
+        os._exit(1)
+    except PermissionError:  # alive, as another user: not ours to signal, and not gone
+        pass

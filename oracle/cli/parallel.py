@@ -53,6 +53,8 @@ class Plan:
     #: The demo agents whose trials follow each task's controls (none: controls only).
     agents: tuple[str, ...] = ()
     trials_out: Path | None = None
+    #: The command's pid: a worker whose command is gone exits as it starts.
+    command: int = field(default_factory=os.getpid)
 
 
 @dataclass
@@ -82,12 +84,11 @@ _WORKER: dict[str, Any] = {}
 
 def _start_worker(plan: Plan) -> None:
     from oracle.base.interrupts import StopOnce
-    from oracle.base.lifeline import die_with_parent
-    from oracle.matrix import forkserver
+    from oracle.base.lifeline import tie_to_driver
 
     # A worker dies with the fork server, which dies with the command; a SIGINT (a terminal's
     # Ctrl-C, or the command's own when it alone got one) stops the task it runs, once.
-    die_with_parent(forkserver.SERVER)
+    tie_to_driver(plan.command)
     StopOnce.install(busy=False)
 
     from oracle.agents.spec import resolve_agent

@@ -9,15 +9,10 @@ own parent the same way, so nothing else imports it.
 
 from __future__ import annotations
 
-import os
-
 from oracle.base.interrupts import StopOnce
 from oracle.base.lifeline import die_with_parent
 
 die_with_parent()
-#: The fork server's pid: a worker forked from it that finds another parent (the fork server
-#: died before the worker asked to die with it) exits at once.
-SERVER = os.getpid()
 # The fork server ignores SIGINT itself, and hands this handler to each worker it forks: a
 # worker still loading its tasks when Ctrl-C comes remembers it and starts no task.
 StopOnce.install(busy=False)

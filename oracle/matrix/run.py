@@ -48,7 +48,7 @@ from oracle.authoring.task import Task
 from oracle.authoring.versions import task_digest
 from oracle.base.errors import UsageError
 from oracle.base.interrupts import StopOnce, stop_pool
-from oracle.base.lifeline import die_with_parent
+from oracle.base.lifeline import tie_to_driver
 from oracle.base.signing import SIGNATURE_SUFFIX, default_key_folder, signature_path
 from oracle.evidence.archive import private_folders
 from oracle.evidence.record import Cell
@@ -263,12 +263,10 @@ def _context(matrix_bytes: bytes, matrix_path: str, hidden: Sequence[str]) -> Wo
     return _CONTEXTS[key]
 
 
-def _init_worker(matrix_bytes: bytes, matrix_path: str, hidden: Sequence[str]) -> None:
+def _init_worker(matrix_bytes: bytes, matrix_path: str, hidden: Sequence[str], driver: int) -> None:
     # A worker dies with the fork server it was forked from, which dies with the driver; a
     # SIGINT (a terminal's Ctrl-C, or the driver's when it alone got one) stops its batch, once.
-    from oracle.matrix import forkserver
-
-    die_with_parent(forkserver.SERVER)
+    tie_to_driver(driver)
     StopOnce.install(busy=False)
     _context(matrix_bytes, matrix_path, hidden)
     # Sandboxes still closing when the pool shuts this worker down are finished first.
@@ -441,7 +439,7 @@ def _local(
         max_workers=jobs,
         mp_context=mp,
         initializer=_init_worker,
-        initargs=(matrix_bytes, path, hidden),
+        initargs=(matrix_bytes, path, hidden, os.getpid()),
     ) as pool:
         futures = {
             pool.submit(
