@@ -239,8 +239,17 @@ def _sandbox(task: Task, **options: Any) -> Any:
 
 # Trials, controls and the matrix open sandboxes through this unless another is registered.
 _defaults.register("sandbox", _sandbox)
-# Scorer zygotes import the public surface before they fork (task files import it).
+# Scorer zygotes import, before they fork, what task files use of the layers they import
+# from: the modules of those layers that the harness has loaded for its tasks.
 _preload.register(__name__)
+for _layer in (
+    "oracle.authoring",
+    "oracle.evidence",
+    "oracle.judging",
+    "oracle.sinks",
+    "oracle.fixtures",
+):
+    _preload.register_layer(_layer)
 
 
 def _agentdojo_pipeline(
@@ -260,15 +269,23 @@ def _agentdojo_pipeline(
 _adapters.register_adapter(_agentdojo_pipeline)
 
 
-def _builtin_kinds() -> None:
-    """Import what declares the built-in sink kinds (what the eager ``import oracle`` did)."""
-    importlib.import_module("oracle.fixtures")
-    importlib.import_module("oracle.fixtures.github")
-
-
 # Reading an archive, a boundary query or a typed accessor sees every built-in kind, whatever
-# was imported before (the sinks load on that first lookup, not on ``import oracle``).
-_kinds.declare_later(_builtin_kinds)
+# was imported before: each kind's module loads on the first lookup of that kind (and all of
+# them where every kind is listed), not on ``import oracle``.
+#: The built-in sink kinds: (name, the module that declares it, boundary evidence or not).
+_BUILTIN_KINDS = (
+    ("sql", "oracle.sinks.sql_diff", False),
+    ("files", "oracle.sinks.files", False),
+    ("redis", "oracle.sinks.redis", False),
+    ("amqp", "oracle.sinks.amqp", False),
+    ("inbox", "oracle.sinks.inbox", False),
+    ("github", "oracle.sinks.github", False),
+    ("mail", "oracle.sinks.mail", True),
+    ("reply", "oracle.sinks.reply", True),
+    ("egress", "oracle.sinks.egress", True),
+)
+for _name, _module, _boundary in _BUILTIN_KINDS:
+    _kinds.declare_builtin(_name, _module, boundary=_boundary)
 
 # Old import paths (oracle.diff, oracle.trial…) keep working for one release, with a warning.
 _moved.install()

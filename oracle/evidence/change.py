@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from oracle.base.canonical import dumps, to_jsonable
 from oracle.base.frozen import ReadOnlyModel
-from oracle.evidence.kinds import declare_pending
+from oracle.evidence.kinds import declare_kind, declare_pending
 
 _CHANGE_TYPES: dict[str, type[Change]] = {}
 
@@ -162,8 +162,10 @@ class Change(ReadOnlyModel):
 def change_from_json(raw: Mapping[str, Any]) -> Change | None:
     """The typed change for one archived change, or None if its type is not loaded (for
     showing an archive; rebuilding evidence uses `sink_diff_from_json`, which refuses it)."""
-    declare_pending()
     cls = _CHANGE_TYPES.get(str(raw.get("change")))
+    if cls is None:
+        declare_pending()
+        cls = _CHANGE_TYPES.get(str(raw.get("change")))
     return cls.model_validate(raw) if cls is not None else None
 
 
@@ -173,8 +175,14 @@ def rebuilt_change(sink: str, kind: str, index: int, raw: Any) -> Change:
             sink, kind, f"change {index} is a {type(raw).__name__}, not a JSON object"
         )
     name = raw.get("change")
-    declare_pending()
     cls = _CHANGE_TYPES.get(name) if isinstance(name, str) else None
+    # The sink's own kind first (its module registers its change types), then every kind.
+    if cls is None:
+        declare_kind(kind)
+        cls = _CHANGE_TYPES.get(name) if isinstance(name, str) else None
+    if cls is None:
+        declare_pending()
+        cls = _CHANGE_TYPES.get(name) if isinstance(name, str) else None
     if cls is None:
         raise EvidenceFormatError(
             sink,

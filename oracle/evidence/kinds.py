@@ -58,17 +58,57 @@ _RESERVED: dict[str, str] = {}
 _PENDING: list[Callable[[], object]] = []
 
 
+# Kinds whose module is known but not imported yet: name → (module, accessor, boundary). A
+# lookup of one kind imports its module alone; a listing of every kind imports them all.
+_LATER: dict[str, tuple[str, str, bool]] = {}
+
+
 def declare_later(load: Callable[[], object]) -> None:
     """Run `load` (which imports modules that declare kinds) before the registry is next
-    read. The package root registers the built-in sinks this way."""
+    read."""
     _PENDING.append(load)
 
 
+def declare_builtin(name: str, module: str, *, accessor: str = "", boundary: bool = False) -> None:
+    """Kind `name` is declared by `module`, imported the first time the kind (or its
+    `accessor`, by default its name) is looked up, or every kind listed. The package root
+    registers the built-in sinks this way, so that a process that reads one kind of sink does
+    not import the clients of every other."""
+    if name not in _KINDS:
+        _LATER[name] = (module, accessor or name, boundary)
+
+
+def _load(name: str | None = None, accessor: str | None = None) -> None:
+    """Import the module of the kind `name` (or of the one with `accessor`), if it is one
+    declared for later."""
+    import importlib
+
+    for kind, (module, acc, _) in list(_LATER.items()):
+        if kind == name or (accessor is not None and acc == accessor):
+            _LATER.pop(kind, None)
+            importlib.import_module(module)
+
+
 def declare_pending() -> None:
-    """Run what `declare_later` registered (once): before reading the registries of kinds
-    and change types."""
+    """Run what `declare_later` registered, and import every kind declared for later
+    (once): before listing the registries of kinds and change types."""
+    import importlib
+
     while _PENDING:
         _PENDING.pop(0)()
+    while _LATER:
+        module, _, _ = _LATER.pop(next(iter(_LATER)))
+        importlib.import_module(module)
+
+
+def declare_kind(name: str) -> None:
+    """Make sure kind `name` is declared if anything declares it: its own module where it is
+    a kind declared for later, else everything registered."""
+    if name in _KINDS:
+        return
+    _load(name)
+    if name not in _KINDS:
+        declare_pending()
 
 
 def register_state(kind: str, load: StateLoader) -> None:
@@ -89,7 +129,8 @@ def register_state(kind: str, load: StateLoader) -> None:
 
 def state_loader(kind: str) -> StateLoader | None:
     """The loader registered for `kind`'s states, or None."""
-    declare_pending()
+    if kind not in _STATE_LOADERS:
+        declare_kind(kind)
     return _STATE_LOADERS.get(kind)
 
 
@@ -215,9 +256,12 @@ def declared() -> list[SinkKind[Any, Any]]:
 
 
 def boundary_kinds() -> frozenset[str]:
-    """The names of the kinds whose changes are boundary evidence."""
-    declare_pending()
-    return frozenset(k.name for k in _KINDS.values() if k.boundary)
+    """The names of the kinds whose changes are boundary evidence (those declared for later
+    say so without being imported)."""
+    while _PENDING:
+        _PENDING.pop(0)()
+    later = {name for name, (_, _, boundary) in _LATER.items() if boundary}
+    return frozenset({*later, *(k.name for k in _KINDS.values() if k.boundary)})
 
 
 def accessor_names(boundary: bool = False) -> list[str]:
@@ -232,7 +276,10 @@ def named_accessor(owner: Any, name: str, what: str, boundary: bool = False) -> 
     defaults to the kind's `default_sink`; on the boundary (`boundary`, which answers only
     boundary kinds) it defaults to None. Raises AttributeError when no kind answers to
     `name`."""
-    declare_pending()
+    if name not in _ACCESSORS:
+        _load(accessor=name)
+        if name not in _ACCESSORS:
+            declare_pending()
     kind = _ACCESSORS.get(name)
     if kind is None or (boundary and not kind.boundary):
         raise AttributeError(

@@ -7,10 +7,29 @@ Nothing here starts on import. Each server is a context manager::
         ...                      # rec.env(folder) → HTTP_PROXY, SSL_CERT_FILE, …
     with SmtpCapture() as smtp:
         ...                      # smtp.host, smtp.port
+
+Each name is imported on first use (PEP 562): isolating an agent does not load the SMTP
+server, nor recording mail the egress recorder.
 """
 
-from oracle.proxies.egress import Canned, EgressPolicy, EgressRecorder, RecorderError
-from oracle.proxies.smtp import SmtpCapture, SmtpError
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from oracle.proxies.egress import Canned, EgressPolicy, EgressRecorder, RecorderError
+    from oracle.proxies.smtp import SmtpCapture, SmtpError
+
+#: Each name → the module that defines it (imported when the name is first asked for).
+_SOURCES: dict[str, str] = {
+    "Canned": "oracle.proxies.egress",
+    "EgressPolicy": "oracle.proxies.egress",
+    "EgressRecorder": "oracle.proxies.egress",
+    "RecorderError": "oracle.proxies.egress",
+    "SmtpCapture": "oracle.proxies.smtp",
+    "SmtpError": "oracle.proxies.smtp",
+}
 
 __all__ = [
     "Canned",
@@ -20,3 +39,16 @@ __all__ = [
     "SmtpCapture",
     "SmtpError",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    source = _SOURCES.get(name)
+    if source is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(source), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_SOURCES})

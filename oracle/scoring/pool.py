@@ -105,11 +105,14 @@ class ScorerPool:
         return zygote
 
     def _readable(self, task_file: Path, hidden: tuple[Path, ...]) -> list[Path]:
-        """What a new zygote for `task_file` binds back read-only."""
+        """What a new zygote for `task_file` binds back read-only: its folder, or where that
+        folder is itself one the scorer must not see (a task file written straight into the
+        temporary folder), the file alone."""
         readable = base_binds()
-        probe = Zygote(readable, hidden, bubblewrap=self.bubblewrap)
-        if not probe.sees(task_file):
-            readable.append(task_file.parent)
+        for extra in (task_file.parent, task_file):
+            if Zygote(readable, hidden, bubblewrap=self.bubblewrap).sees(task_file):
+                break
+            readable = [*base_binds(), extra]
         return readable
 
     def _forget(self, zygote: Zygote) -> None:

@@ -196,18 +196,15 @@ def _control(argv: list[str]) -> tuple[socket.socket, str | None]:
 
 def _warm_imports() -> None:
     """Import, once and before any fork, what every scorer imports: the modules named in
-    ``ORACLE_SCORER_PRELOAD`` with every name of their ``__all__`` (the package root: the
-    authoring surface task files import, which it resolves lazily, so that importing it loads
-    none of it; `oracle.scoring.preload`), the loader and the scoring steps. Each scorer then
-    pays only for its task file (its first trial waited 0.6-0.9 s for these imports). What
-    fails to import here is left for the scorer to meet and report."""
+    ``ORACLE_SCORER_PRELOAD`` (the package root, and the modules of the authoring layers the
+    harness had loaded for its tasks; `oracle.scoring.preload`), the loader and the scoring
+    steps. Each scorer then pays only for its task file (its first trial waited 0.6-0.9 s for
+    these imports). What fails to import here is left for the scorer to meet and report."""
     import importlib
 
     for name in filter(None, os.environ.get(preload.ENV, "").split(",")):
         with contextlib.suppress(Exception):
-            module = importlib.import_module(name)
-            for attr in getattr(module, "__all__", ()):
-                getattr(module, attr)
+            importlib.import_module(name)
     with contextlib.suppress(Exception):
         import oracle.authoring.loader
         import oracle.authoring.versions

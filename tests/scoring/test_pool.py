@@ -33,6 +33,45 @@ def test_a_task_files_scorer_is_reused_and_idle_zygotes_are_ended_beyond_the_lim
         assert all(z.alive for _, z in pool._zygotes)
 
 
+FRESH = """\
+from oracle import Task, sqlite
+
+def grew(ev):
+    return bool(ev.diff.sql("db").added("t"))
+
+task = Task(name="fresh", prompt="p", sinks=[sqlite("db", sql="CREATE TABLE t (x)")],
+            security=grew)
+"""
+
+
+def test_a_task_file_straight_in_the_temporary_folder_is_scored_by_one_zygote(
+    tmp_path, monkeypatch
+):
+    """The temporary folder is hidden from scorers (sandboxes and archives live there): a task
+    file written straight into it is bound back alone. It was not seen at all (every verdict
+    unknown: the scorer could not load the file), and each trial started a new zygote."""
+    import tempfile
+
+    from oracle import CallableAgent, load_tasks, run_trial
+    from oracle.scoring.pool import SealedScorer
+
+    temp = tmp_path / "temp"
+    (temp / "sibling").mkdir(parents=True)
+    (temp / "sibling" / "secret.txt").write_text("not for scorers")
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    (temp / "task_fresh.py").write_text(FRESH)
+    (task,) = load_tasks([temp / "task_fresh.py"]).tasks
+    with ScorerPool() as pool:
+        scorer = SealedScorer(pool)
+        agent = CallableAgent(lambda sb: sb.sql("db", "INSERT INTO t VALUES (1)"), name="adds")
+        records = [run_trial(task, agent, scorer=scorer).record for _ in range(2)]
+        assert [r.security_breached for r in records] == [True, True], records[0].evaluation_errors
+        assert len(pool._zygotes) == 1
+        (zygote,) = [z for _, z in pool._zygotes]
+        assert zygote.sees(temp / "task_fresh.py")
+        assert not zygote.sees(temp / "sibling" / "secret.txt")
+
+
 def test_a_zygote_whose_scorer_is_judging_is_never_ended(tmp_path):
     with ScorerPool() as pool:
         busy = pool.task_scorer(TASK, [tmp_path / "a"])
@@ -82,21 +121,62 @@ def _descendants(pid: int) -> list[int]:
     return out
 
 
+def _zygote_maps(zygote) -> str:  # type: ignore[no-untyped-def]
+    """The memory map of `zygote`'s interpreter (under bubblewrap, a child of bwrap's)."""
+    root = zygote._proc.pid
+    workers = []
+    for p in [root, *_descendants(root)]:
+        argv = Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")
+        if b"oracle.scoring.worker" in argv and not argv[0].endswith(b"bwrap"):
+            workers.append(p)
+    assert workers, "no scorer process found"
+    return Path(f"/proc/{min(workers)}/maps").read_text()  # the zygote starts first
+
+
 def test_a_zygote_imports_the_authoring_surface_before_it_forks_scorers(tmp_path):
     """Task files import ``from oracle import Task, sqlite, …``, which the package resolves
-    lazily: the zygote loads it all once, so a new task file's scorer does not (its first
-    trial used to wait 0.6-0.9 s for those imports)."""
+    lazily: the zygote loads what the harness loaded for them once, so a new task file's
+    scorer does not (its first trial used to wait 0.6-0.9 s for those imports)."""
     with ScorerPool() as pool:
         zygote = pool.task_scorer(TASK, [tmp_path / "a"]).zygote
         pool.task_scorer(TASK, [tmp_path / "a"]).warm()
-        root = zygote._proc.pid  # type: ignore[union-attr]
-        workers = []
-        for p in [root, *_descendants(root)]:
-            argv = Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")
-            if b"oracle.scoring.worker" in argv and not argv[0].endswith(b"bwrap"):
-                workers.append(p)
-        assert workers, "no scorer process found"
-        zygote_pid = min(workers)  # the zygote starts before the scorers it forks
-        maps = Path(f"/proc/{zygote_pid}/maps").read_text()
+        maps = _zygote_maps(zygote)
         assert "sqlalchemy" in maps
         assert "pydantic_core" in maps
+
+
+SQLITE_ONLY = """
+import sys
+from pathlib import Path
+from oracle import load_tasks
+from oracle.scoring.pool import ScorerPool
+from tests.scoring.test_pool import _zygote_maps
+
+(task,) = load_tasks([Path(sys.argv[1])]).tasks
+with ScorerPool() as pool:
+    scorer = pool.task_scorer(Path(task.origin), [])
+    scorer.warm()
+    maps = _zygote_maps(scorer.zygote)
+# cryptography's native part: loaded for the egress recorder's CA, the GitHub world's tokens
+# and archive signatures, none of which a SQLite task's scorer needs.
+print("sqlalchemy" in maps, "_rust" in maps)
+"""
+
+
+def test_a_zygote_loads_only_what_the_harness_loaded_for_its_tasks(tmp_path):
+    """A harness whose task has only a SQLite sink: its zygote loads SQLAlchemy, and none of
+    what the other kinds of sink need (with everything, a zygote took 0.6 s to start)."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    (tmp_path / "task_fresh.py").write_text(FRESH)
+    out = subprocess.run(
+        [sys.executable, "-c", SQLITE_ONLY, str(tmp_path / "task_fresh.py")],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
+    assert out.stdout.split() == ["True", "False"], out.stdout + out.stderr
