@@ -49,11 +49,9 @@ from email.message import EmailMessage
 from pathlib import Path
 from typing import Any
 
-import sqlalchemy as sa
-
 from oracle.authoring.sandbox_view import SandboxView
+from oracle.base.envnames import env_suffix
 from oracle.base.globs import check_relative
-from oracle.evidence.sink import env_suffix
 from oracle.sandbox import clients
 from oracle.sinks import my_connect
 
@@ -190,6 +188,8 @@ def act(
         finally:
             client.close()
     elif verb == "sql":
+        import sqlalchemy as sa  # here: an isolated demo agent that reads no database skips it
+
         sink, _, statement = rest.partition(":")
         url = _db_url(env, sink.strip())
         engine = sa.create_engine(
@@ -310,6 +310,8 @@ def _read_inputs(env: Mapping[str, str]) -> Iterator[str]:
                 except (UnicodeDecodeError, OSError):
                     continue
     urls = sorted({v for k, v in env.items() if k.startswith("ORACLE_DB_URL")})
+    if urls:
+        import sqlalchemy as sa
     for url in urls:
         engine = sa.create_engine(
             url, poolclass=sa.pool.NullPool, connect_args=my_connect.engine_connect_args(url)

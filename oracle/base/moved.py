@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib
 import importlib.abc
 import importlib.machinery
+import importlib.util
 import os
 import sys
 import warnings
@@ -138,6 +139,10 @@ def forward_names(package: str, module: str) -> Callable[[str], Any]:
     def __getattr__(name: str) -> Any:
         if name.startswith("__"):
             raise AttributeError(name)
+        # ``from package import submodule`` asks here first: the package's own module, not
+        # the old module's name for it (importing the old module costs what it imports).
+        if importlib.util.find_spec(f"{package}.{name}") is not None:
+            return importlib.import_module(f"{package}.{name}")
         target = importlib.import_module(module)
         try:
             value = getattr(target, name)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from oracle.base.envnames import env_suffix as env_suffix
 from oracle.evidence.diff import SinkDiff
 from oracle.evidence.snapshot import Snapshot
 
@@ -42,11 +43,6 @@ def seed_sql(sink: str, sql: str | None, sql_file: str | None, base_dir: Path) -
 def slug(text: str, limit: int = 20) -> str:
     """``'Shop DB'`` → ``'shop_db'``: a sink's name as a part of a server-side name."""
     return re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_")[:limit] or "db"
-
-
-def env_suffix(name: str) -> str:
-    """``'shop-db'`` → ``'SHOP_DB'``: the suffix of a sink's environment variables."""
-    return "".join(ch if ch.isalnum() else "_" for ch in name).upper()
 
 
 @runtime_checkable

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from email.message import EmailMessage
 
-from oracle.evidence.sink import env_suffix
+from oracle.base.envnames import env_suffix
 
 
 @dataclass(frozen=True)
