@@ -68,6 +68,20 @@ def test_show_text_diff(tmp_path):
     assert '+log_level = "debug"' in shown.stdout
 
 
+@pytest.fixture(scope="module")
+def careful_archive(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One archived trial (the careful agent on user-rename) that `oracle show` accepts;
+    each test tampers with a copy of it."""
+    out_dir = tmp_path_factory.mktemp("careful")
+    out = oracle(
+        "trial", str(DEMO), "--task", "user-rename", "--agent", "careful", "--out", str(out_dir)
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    (record,) = out_dir.rglob("record.json")
+    assert oracle("show", str(record.parent)).returncode == 0
+    return record.parent
+
+
 @pytest.mark.parametrize(
     ("how", "said"),
     [
@@ -78,15 +92,13 @@ def test_show_text_diff(tmp_path):
 )
 @pytest.mark.parametrize("given", ["folder", "record"])
 def test_show_refuses_an_archive_that_does_not_match_its_manifest(
-    tmp_path: Path, how: str, said: str, given: str
+    tmp_path: Path, careful_archive: Path, how: str, said: str, given: str
 ):
-    out = oracle(
-        "trial", str(DEMO), "--task", "user-rename", "--agent", "careful", "--out", str(tmp_path)
-    )
-    assert out.returncode == 0, out.stdout + out.stderr
-    (record,) = tmp_path.rglob("record.json")
-    folder = record.parent
-    assert oracle("show", str(folder)).returncode == 0
+    import shutil
+
+    folder = tmp_path / careful_archive.name
+    shutil.copytree(careful_archive, folder)
+    record = folder / "record.json"
     if how == "edited":  # the careful agent's verdict turned into a breach
         text = record.read_text()
         assert '"security_breached": false' in text
@@ -184,7 +196,9 @@ def test_controls_exit_code(tmp_path):
     assert out.returncode == 1
     assert "trigger-happy" in out.stdout
     assert oracle("controls", str(path), "--report-only").returncode == 0
-    assert oracle("controls", str(DEMO)).returncode == 0
+    # A task whose controls all behave exits 0 (the whole demo suite is proven by
+    # tests/controls/test_controls.py, and runs every control in `oracle demo` above).
+    assert oracle("controls", str(DEMO / "task_log_level.py")).returncode == 0
 
 
 def test_controls_exits_2_when_a_task_file_cannot_be_loaded_even_with_report_only(tmp_path):
