@@ -20,7 +20,7 @@ SYSTEM_TOOLS := bwrap:bubblewrap nft:nftables ip:iproute2 nsenter:util-linux sql
 
 help:
 	@echo "make trial   run the demo and GitHub suites with both demo agents and every control"
-	@echo "make test    run the test suite"
+	@echo "make test    run the test suite, side by side (PYTEST_WORKERS=1: in one process; TEST_ARGS: handed to pytest)"
 	@echo "make bench   run the benchmarks, write benchmarks/results.json"
 	@echo "make bench-quick  each benchmark once at a reduced size (a regression check; results-quick.json)"
 	@echo "make lint    ruff and mypy"
