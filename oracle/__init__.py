@@ -17,7 +17,6 @@ them is asked for.
 
 from __future__ import annotations
 
-import importlib
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -26,6 +25,7 @@ import oracle.evidence.kinds as _kinds
 import oracle.trial.defaults as _defaults
 from oracle.agents import adapters as _adapters
 from oracle.base import moved as _moved
+from oracle.base.lazy import lazy_names
 from oracle.scoring import preload as _preload
 
 if TYPE_CHECKING:
@@ -201,19 +201,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    """The public `name`, imported from its module the first time it is asked for and kept
-    here after (so that the next lookup is an ordinary attribute)."""
-    source = _SOURCES.get(name)
-    if source is None:
-        raise AttributeError(f"module 'oracle' has no attribute {name!r}")
-    value = getattr(importlib.import_module(source), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_SOURCES})
+__getattr__, __dir__ = lazy_names(__name__, _SOURCES)
 
 
 def _resolve_agent(spec: str) -> Agent:

@@ -14,8 +14,9 @@ server, nor recording mail the egress recorder.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from oracle.base.lazy import lazy_names
 
 if TYPE_CHECKING:
     from oracle.proxies.egress import Canned, EgressPolicy, EgressRecorder, RecorderError
@@ -41,14 +42,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    source = _SOURCES.get(name)
-    if source is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(source), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_SOURCES})
+__getattr__, __dir__ = lazy_names(__name__, _SOURCES)
