@@ -89,7 +89,7 @@ def _gone(label: str) -> bool:
 def sweep(client: Any) -> list[str]:
     """Remove the scorer containers whose oracle process is gone; their IDs."""
     removed = []
-    for c in client.containers.list(all=True, filters={"label": LABEL}):
+    for c in client.containers.list(all=True, filters={"label": LABEL}, ignore_removed=True):
         label = (c.labels or {}).get(OWNER_LABEL, "")
         if label and _gone(label):
             with contextlib.suppress(Exception):

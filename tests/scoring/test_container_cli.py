@@ -54,7 +54,7 @@ def containers_of(client, pid: int) -> list:  # type: ignore[no-untyped-def]
     prefix = f"{socket.gethostname()}:{pid}:"
     return [
         c
-        for c in client.containers.list(all=True, filters={"label": LABEL})
+        for c in client.containers.list(all=True, filters={"label": LABEL}, ignore_removed=True)
         if (c.labels or {}).get(OWNER_LABEL, "").startswith(prefix)
     ]
 
