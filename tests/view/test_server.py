@@ -322,3 +322,35 @@ def test_a_report_without_its_signature_is_not_shown_unless_it_says_so(runs: Run
         assert "Claim boundary" not in body
     finally:
         stop(served)
+
+
+def test_the_socket_it_serves_on_turns_nagle_off_on_each_connection():
+    """The viewer's listening socket is made so that the event loop serving it turns Nagle off
+    on every connection it accepts (asyncio does so only for sockets made as IPPROTO_TCP):
+    with Nagle on, each answer on a kept-alive connection waited ~40 ms for the browser's
+    delayed ACK. The socket `bind` gives is served here by asyncio, as uvicorn serves it."""
+    import asyncio
+
+    from oracle.view.server import bind
+
+    async def main() -> list[int]:
+        found: list[int] = []
+
+        async def accepted(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            sock = writer.get_extra_info("socket")
+            found.append(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+            writer.close()
+
+        listening = bind(0)
+        server = await asyncio.start_server(accepted, sock=listening)
+        async with server:
+            port = listening.getsockname()[1]
+            _, w = await asyncio.open_connection("127.0.0.1", port)
+            w.close()
+            for _ in range(100):
+                if found:
+                    break
+                await asyncio.sleep(0.05)
+        return found
+
+    assert asyncio.run(main()) == [1]
