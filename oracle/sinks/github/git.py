@@ -94,7 +94,8 @@ def _plain_name(name: str) -> bool:
     )
 
 
-def _object_name(text: str) -> str | None:
+def object_name(text: str) -> str | None:
+    """`text` if it is an object's name (40 lowercase hex digits), else None."""
     return text if len(text) == 40 and set(text) <= _HEX else None
 
 
@@ -124,7 +125,7 @@ def _read_refs(repo: Path) -> dict[str, str] | None:
                 if not _plain_name(name[5:]):
                     return None
                 with open(full, encoding="ascii") as fh:
-                    sha = _object_name(fh.read().removesuffix("\n"))
+                    sha = object_name(fh.read().removesuffix("\n"))
                 if sha is None:
                     return None  # a symbolic ref, or a file git would skip
                 loose[name] = sha
@@ -148,10 +149,10 @@ def _read_refs(repo: Path) -> dict[str, str] | None:
         if any(kinds[sha][0] == "missing" for sha in unknown):
             return None  # a broken ref: git says which
         tags = [sha for sha in unknown if kinds[sha][0] == "tag"]
-        for sha, body in _objects(repo, tags).items():
+        for sha, body in objects(repo, tags).items():
             # A tag's first line names the object it tags (one level, as %(*objectname)).
-            first = body.split(b"\n", 1)[0].decode("ascii", "replace")
-            target = _object_name(first.removeprefix("object "))
+            first = (body or b"").split(b"\n", 1)[0].decode("ascii", "replace")
+            target = object_name(first.removeprefix("object "))
             if not first.startswith("object ") or target is None:
                 return None
             _PEELED[sha] = target
@@ -179,30 +180,15 @@ def _read_packed(path: Path) -> dict[str, str] | None:
         if i == 0 and line.startswith("# pack-refs with:"):
             continue
         if line.startswith("^"):
-            if _object_name(line[1:]) is None or not after_ref:
+            if object_name(line[1:]) is None or not after_ref:
                 return None
             after_ref = False
             continue
         sha, _, name = line.partition(" ")
-        if _object_name(sha) is None or not name.startswith("refs/") or not _plain_name(name[5:]):
+        if object_name(sha) is None or not name.startswith("refs/") or not _plain_name(name[5:]):
             return None
         found[name] = sha
         after_ref = True
-    return found
-
-
-def _objects(repo: Path, shas: Sequence[str]) -> dict[str, bytes]:
-    """The contents of the objects `shas`, read in one ``cat-file --batch``."""
-    if not shas:
-        return {}
-    out = git(repo, "cat-file", "--batch", input=("\n".join(shas) + "\n").encode())
-    found: dict[str, bytes] = {}
-    pos = 0
-    for sha in shas:
-        end = out.index(b"\n", pos)
-        size = int(out[pos:end].split()[2])
-        found[sha] = out[end + 1 : end + 1 + size]
-        pos = end + 1 + size + 1
     return found
 
 
@@ -238,26 +224,33 @@ def object_info(repo: Path, names: Iterable[str]) -> dict[str, tuple[str, int]]:
     return found
 
 
-def blobs_text(repo: Path, blobs: Iterable[str]) -> dict[str, str | None]:
-    """The UTF-8 text of each blob (None: not text), read in one ``cat-file --batch``."""
-    wanted = sorted(set(blobs))
+def objects(repo: Path, names: Iterable[str]) -> dict[str, bytes | None]:
+    """The content of each object (None: missing), read in one ``cat-file --batch``."""
+    wanted = sorted(set(names))
     if not wanted:
         return {}
     out = git(repo, "cat-file", "--batch", input=("\n".join(wanted) + "\n").encode())
-    texts: dict[str, str | None] = {}
+    found: dict[str, bytes | None] = {}
     pos = 0
     for sha in wanted:
         end = out.index(b"\n", pos)
         header = out[pos:end].split()
         pos = end + 1
         if len(header) < 3 or header[1] == b"missing":
-            texts[sha] = None
+            found[sha] = None
             continue
         size = int(header[2])
-        data = out[pos : pos + size]
+        found[sha] = out[pos : pos + size]
         pos += size + 1
+    return found
+
+
+def blobs_text(repo: Path, blobs: Iterable[str]) -> dict[str, str | None]:
+    """The UTF-8 text of each blob (None: not text), read in one ``cat-file --batch``."""
+    texts: dict[str, str | None] = {}
+    for sha, data in objects(repo, blobs).items():
         try:
-            texts[sha] = data.decode("utf-8")
+            texts[sha] = data.decode("utf-8") if data is not None else None
         except UnicodeDecodeError:
             texts[sha] = None
     return texts
