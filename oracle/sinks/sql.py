@@ -273,6 +273,8 @@ class SqlSink:
                 exclude=self.exclude,
                 timeout=self.timeout,
                 where=self.display_url,
+                # PostgreSQL: a big table's chunk aggregates in two halves side by side.
+                second=self._server_connection if self.backend == "postgresql" else None,
             )
         with self._server_connection() as dbapi:
             cur = dbapi.cursor()

@@ -110,6 +110,29 @@ def _literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
+def _settings(timeout: float) -> str:
+    """The settings every read transaction runs with, as one list of ``set_config`` calls:
+    value texts do not depend on the server's or the agent's defaults, built-ins cannot be
+    shadowed, and a row-level policy raises instead of hiding rows. Constants, so that they
+    go in one simple query (no parameters)."""
+    settings = (
+        ("search_path", "pg_catalog, pg_temp"),
+        ("TimeZone", "UTC"),
+        ("DateStyle", "ISO, YMD"),
+        # Months, days and time apart: psycopg would read '1 mon' as 30 days.
+        ("IntervalStyle", "iso_8601"),
+        ("extra_float_digits", "1"),
+        ("bytea_output", "hex"),
+        ("row_security", "off"),
+        ("client_encoding", "UTF8"),
+        ("jit", "off"),
+        ("lock_timeout", f"{max(1, int(timeout * 1000))}ms"),
+    )
+    return ", ".join(
+        f"pg_catalog.set_config({_literal(k)}, {_literal(v)}, true)" for k, v in settings
+    )
+
+
 class PostgresDialect:
     """Catalog queries and expressions for one schema of a PostgreSQL database."""
 
@@ -119,6 +142,7 @@ class PostgresDialect:
         self.schema = schema
         #: Where the transaction `begin` opened stands (see `oracle.sinks.pg_watermark`).
         self.position: pg_watermark.Position | None = None
+        self._timeout = 30.0
 
     def quote(self, ident: str) -> str:
         return _quote(ident)
@@ -128,29 +152,10 @@ class PostgresDialect:
 
     def begin(self, cur: Cursor, timeout: float) -> None:
         cur.connection.rollback()
-        # Fixed settings: value texts do not depend on the server's or the agent's defaults,
-        # built-ins cannot be shadowed, and a row-level policy raises instead of hiding rows.
-        # One round trip: the values are constants (no parameters, so one simple query).
-        settings = (
-            ("search_path", "pg_catalog, pg_temp"),
-            ("TimeZone", "UTC"),
-            ("DateStyle", "ISO, YMD"),
-            # Months, days and time apart: psycopg would read '1 mon' as 30 days.
-            ("IntervalStyle", "iso_8601"),
-            ("extra_float_digits", "1"),
-            ("bytea_output", "hex"),
-            ("row_security", "off"),
-            ("client_encoding", "UTF8"),
-            ("jit", "off"),
-            ("lock_timeout", f"{max(1, int(timeout * 1000))}ms"),
-        )
-        calls = ", ".join(
-            f"pg_catalog.set_config({_literal(k)}, {_literal(v)}, true)" for k, v in settings
-        )
         cur.execute(
             "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY; "
             f"SELECT pg_catalog.current_setting('server_version_num')::int, "
-            f"{pg_watermark.position_sql()}, {calls}"
+            f"{pg_watermark.position_sql()}, {_settings(timeout)}"
         )
         cur.nextset()  # past the SET's result
         row = cur.fetchone()
@@ -158,6 +163,37 @@ class PostgresDialect:
         if version < 140000:
             raise RuntimeError(f"PostgreSQL 14 or newer is needed (the server is {version})")
         self.position = pg_watermark.position(row[1:5])
+        self._timeout = timeout
+
+    def share(self, cur: Cursor) -> str:
+        """The id of the snapshot of the transaction `begin` opened on `cur`, for `join`."""
+        cur.execute("SELECT pg_catalog.pg_export_snapshot()")
+        return str(cur.fetchone()[0])
+
+    def join(self, cur: Cursor, snapshot: str) -> None:
+        """Open on `cur` (another connection to the same database) a transaction that sees
+        exactly what the one `share` named sees, with the same settings."""
+        cur.connection.rollback()
+        cur.execute(
+            "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY; "
+            f"SET TRANSACTION SNAPSHOT {_literal(snapshot)}; "
+            f"SELECT {_settings(self._timeout)}"
+        )
+        cur.nextset()
+        cur.nextset()
+        cur.fetchall()
+
+    def halves(self, cur: Cursor, table: str) -> tuple[str, str]:
+        """Two conditions that split the rows of `table` (qualified) by where they are stored
+        (its first and its second half of pages; the second has no end), each read by a TID
+        range scan."""
+        cur.execute(
+            "SELECT pg_catalog.pg_relation_size(%s::pg_catalog.regclass) "
+            "/ pg_catalog.current_setting('block_size')::pg_catalog.int8",
+            (table,),
+        )
+        middle = int(cur.fetchone()[0]) // 2
+        return f"ctid < '({middle},0)'::pg_catalog.tid", f"ctid >= '({middle},0)'::pg_catalog.tid"
 
     def grouped(self, query: str) -> str:
         """`query` (a GROUP BY of a whole table by its chunk) planned with hashing: the

@@ -28,7 +28,9 @@ Why this is sound:
   database (or from one a fixture declared this one a copy of), and every column's value is its
   stored bytes, the rows' ``xmin`` tell which chunks hold exactly the base's row versions; only
   the others are counted, fetched and hashed, and the state is the one a full hash gives
-  (`oracle.sinks.pg_watermark`);
+  (`oracle.sinks.pg_watermark`). A big table's per-chunk query runs in two halves by storage
+  place (``ctid``) at once, the second on another connection that imports the read's
+  snapshot: the same rows, counted once each;
 - the seed is secret, so nobody can choose a change whose hashes cancel;
 - nothing is kept in the database: no trigger, helper table or function the agent could drop,
   disable or replace. Built-in functions are called schema-qualified under a fixed
@@ -37,11 +39,13 @@ Why this is sound:
 
 from __future__ import annotations
 
+import contextlib
 import decimal
 import json
 import math
 import secrets
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Protocol
@@ -65,6 +69,9 @@ TARGET_CHUNK_ROWS = 1024
 REGROW = 16
 #: Above this many differing range chunks, fetch with one scan instead of index ranges.
 MAX_RANGES = 64
+#: A table whose base held at least this many rows has its per-chunk aggregates computed in
+#: two halves side by side, where the reader has a second connection (PostgreSQL).
+SPLIT_ROWS = 1 << 18
 
 #: Keys the database's row hashes; one per process, so that bases can be shared between
 #: sinks of the same process (a template's state reused by every sandbox cloned from it).
@@ -159,7 +166,10 @@ def _choose_chunking(
 class ServerReader:
     """Reads one database's state through `dialect`, reusing what `base` already holds.
 
-    ``tables``/``exclude`` choose the tables; `sink` names the sink in errors.
+    ``tables``/``exclude`` choose the tables; `sink` names the sink in errors. `second`, where
+    given, opens another connection to the same database: a big table's per-chunk aggregates
+    are then computed in two halves at once, the second half on that connection in a
+    transaction that sees the very snapshot of the first (where the dialect can share it).
     """
 
     def __init__(
@@ -171,6 +181,7 @@ class ServerReader:
         exclude: Iterable[str],
         timeout: float,
         where: str,
+        second: Callable[[], contextlib.AbstractContextManager[Any]] | None = None,
     ) -> None:
         self.sink = sink
         self.dialect = dialect
@@ -183,6 +194,12 @@ class ServerReader:
         #: The base's watermark, when this read may use it; the seen xmins of this read.
         self._mark: pg_watermark.Watermark | None = None
         self._seen: dict[str, frozenset[int]] = {}
+        self._second = second
+        #: The second connection's cursor in this read (None: not opened, or it cannot be).
+        self._other: Cursor | None = None
+        self._other_tried = False
+        #: What this read opened besides `cur` (the second connection), closed as it ends.
+        self._stack = contextlib.ExitStack()
 
     def _error(self, table: str | None, exc: BaseException) -> SnapshotError:
         what = f"table {table!r} of {self.where}" if table else self.where
@@ -197,7 +214,16 @@ class ServerReader:
             "chunks_fetched": 0,
             # Tables whose unchanged chunks were told by their rows' xmin, not their hashes.
             "tables_by_xmin": 0,
+            # Tables whose per-chunk aggregates were computed in two halves side by side.
+            "tables_split": 0,
         }
+        with contextlib.ExitStack() as self._stack:
+            try:
+                return self._read(cur, base)
+            finally:
+                self._other, self._other_tried = None, False
+
+    def _read(self, cur: Cursor, base: SqlState | None) -> SqlState:
         try:
             self.dialect.begin(cur, self.timeout)
             present = self.dialect.tables(cur)
@@ -301,14 +327,13 @@ class ServerReader:
         stored = now is not None and all(c.stored for c in columns)
         old_rows = self._mark.old(name) if self._mark and reuse and stored else None
         row_hash = d.row_hash(columns, PROCESS_SEED)
+        big = old is not None and len(old.rows) >= SPLIT_ROWS
         if old_rows is not None:
             # Counts only: old row versions are the base's (see oracle.sinks.pg_watermark).
-            self._grouped(
-                cur,
-                f"SELECT {bucket}, count(*), count(*) FILTER (WHERE NOT {old_rows}) "
-                f"FROM {table} GROUP BY 1",
+            grouped = self._grouped(
+                cur, table, f"{bucket}, count(*), count(*) FILTER (WHERE NOT {old_rows})", big
             )
-            counts = {int(b): (int(n), int(new)) for b, n, new in cur.fetchall()}
+            counts = {b: (n, new) for b, n, new in grouped}
             wanted = sorted(
                 b
                 for b, (n, new) in counts.items()
@@ -317,10 +342,8 @@ class ServerReader:
             extra = [row_hash, "xmin::pg_catalog.text::pg_catalog.int8"]
             self.stats["tables_by_xmin"] += 1
         else:
-            self._grouped(
-                cur, f"SELECT {bucket}, count(*), sum({row_hash}) FROM {table} GROUP BY 1"
-            )
-            server = {int(b): (int(n), int(s)) for b, n, s in cur.fetchall()}
+            grouped = self._grouped(cur, table, f"{bucket}, count(*), sum({row_hash})", big)
+            server = {b: (n, s) for b, n, s in grouped}
             counts = {b: (n, 0) for b, (n, _) in server.items()}
             wanted = sorted(
                 b for b, dg in server.items() if (c := old_chunks.get(b)) is None or c.digest != dg
@@ -391,14 +414,58 @@ class ServerReader:
             chunks=frozen,
         )
 
-    def _grouped(self, cur: Cursor, query: str) -> None:
-        """Run a per-chunk aggregate, as the dialect plans it best; its rows are next."""
+    def _grouped(self, cur: Cursor, table: str, select: str, big: bool) -> list[Row]:
+        """`select` (the chunk first, then two aggregates that add up: counts, sums) of the
+        whole of `table`, grouped by chunk, as the dialect plans it best. A `big` table is
+        read in two halves at once where a second connection can see this read's snapshot;
+        each chunk's aggregates are then the sums of its two halves'."""
         plan = getattr(self.dialect, "grouped", None)
-        if plan is None:
-            cur.execute(query)
-            return
-        cur.execute(plan(query))
-        cur.nextset()
+
+        def run(c: Cursor, where: str) -> list[Row]:
+            query = f"SELECT {select} FROM {table}{where} GROUP BY 1"
+            if plan is None:
+                c.execute(query)
+            else:
+                c.execute(plan(query))
+                c.nextset()
+            return [(int(b), int(x), int(y)) for b, x, y in c.fetchall()]
+
+        other = self._other_cursor(cur) if big else None
+        if other is None:
+            return run(cur, "")
+        first, second = self.dialect.halves(cur, table)  # type: ignore[attr-defined]
+        with ThreadPoolExecutor(1, thread_name_prefix="oracle-sql-half") as pool:
+            theirs = pool.submit(run, other, f" WHERE {second}")
+            mine = run(cur, f" WHERE {first}")
+            both = [*mine, *theirs.result()]
+        sums: dict[int, tuple[int, int]] = {}
+        for b, x, y in both:
+            was = sums.get(b, (0, 0))
+            sums[b] = (was[0] + x, was[1] + y)
+        self.stats["tables_split"] += 1
+        return [(b, x, y) for b, (x, y) in sums.items()]
+
+    def _other_cursor(self, cur: Cursor) -> Cursor | None:
+        """A cursor of the second connection, in a transaction that sees what `cur`'s sees
+        (opened once a read); None where there is none: no `second`, a dialect that cannot
+        share its snapshot, or a connection that could not be opened (the read goes on in
+        one piece)."""
+        if self._other is not None or self._other_tried:
+            return self._other
+        self._other_tried = True
+        share = getattr(self.dialect, "share", None)
+        if self._second is None or share is None:
+            return None
+        snapshot = share(cur)  # on the read's own transaction: a failure is the read's
+        try:
+            conn = self._stack.enter_context(self._second())
+            other = conn.cursor()
+            self._stack.callback(other.close)
+            self.dialect.join(other, snapshot)  # type: ignore[attr-defined]
+        except Exception:
+            return None
+        self._other = other
+        return other
 
     def _new_chunking(
         self, cur: Cursor, table: str, mode: str, pk_cols: Sequence[Column]
