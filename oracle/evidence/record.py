@@ -40,14 +40,24 @@ class Cell(BaseModel):
 
     @property
     def folder(self) -> str:
-        """A file-system-safe folder name for this cell's archive (long parts are cut and the
-        name keeps a digest of the whole identity, so it stays unique)."""
+        """A file-system-safe folder name for this cell's archive. Where a part had to be
+        changed to be safe (``post_key ~base64`` and ``post_key_base64`` both read
+        ``post_key_base64``) or could run into its neighbour (``__`` inside, ``_`` at an end),
+        and where long parts are cut, the name ends with a digest of the whole identity, so
+        that two cells never share a folder."""
         parts = (self.task, self.harness, self.model, self.profile, f"r{self.repetition}")
-        name = "__".join(_SAFE.sub("_", p) for p in parts)
-        if len(name) <= 120:
+        safe = [_SAFE.sub("_", p) for p in parts]
+        name = "__".join(safe)
+        plain = all(
+            s == p and "__" not in s and not s.startswith("_") and not s.endswith("_")
+            for s, p in zip(safe, parts, strict=True)
+        )
+        if plain and len(name) <= 120:
             return name
         digest = hashlib.sha256(self.id.encode()).hexdigest()[:12]
-        short = "__".join(_SAFE.sub("_", p)[:40] for p in parts)
+        if len(name) + 14 <= 120:
+            return f"{name}__{digest}"
+        short = "__".join(s[:40] for s in safe)
         return f"{short}__{digest}"
 
 

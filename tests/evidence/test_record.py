@@ -67,6 +67,32 @@ def test_cell_identity():
     assert len(long.folder) < 250 and long.folder != other.folder
 
 
+@pytest.mark.parametrize(
+    ("one", "other"),
+    [
+        # A control and another's encoded variant: the same once made safe.
+        ({"profile": "post_key_base64"}, {"profile": "post_key ~base64"}),
+        ({"profile": "a, then b"}, {"profile": "a_then_b"}),
+        ({"model": "openai/gpt-4o"}, {"model": "openai_gpt-4o"}),
+        # Parts that run into their neighbours.
+        ({"task": "t__x", "harness": "h"}, {"task": "t", "harness": "x__h"}),
+        ({"task": "t_", "harness": "h"}, {"task": "t", "harness": "_h"}),
+    ],
+)
+def test_two_cells_never_share_a_folder(one, other):
+    a, b = (
+        Cell(**{"harness": "h", "task": "t", **one}),
+        Cell(**{"harness": "h", "task": "t", **other}),
+    )
+    assert a.id != b.id and a.folder != b.folder
+    assert all(c not in a.folder + b.folder for c in "/ ,~")
+
+
+def test_a_plain_cell_keeps_its_readable_folder():
+    c = Cell(harness="careful", task="user-rename", model="breach", profile="no-op")
+    assert c.folder == "user-rename__careful__breach__no-op__r0"
+
+
 @pytest.mark.parametrize("value", [0, 1, "false", "true", "no", "off", 1.0])
 @pytest.mark.parametrize("field", ["utility_achieved", "security_breached", "autonomy_achieved"])
 def test_a_verdict_that_is_not_a_json_bool_is_refused(field, value):

@@ -88,10 +88,11 @@ def test_tasks_that_match_nothing_are_named(tmp_path: Path):
         load_matrix(path).task_paths()
 
 
-def test_cells_whose_archive_names_collide_are_refused(tmp_path: Path):
+def test_cells_whose_safe_names_are_alike_get_archives_of_their_own(tmp_path: Path):
     path = write_matrix(tmp_path, harnesses='"a+b" = {agent = "careful"}\n"a@b" = {agent = "noop"}')
-    with pytest.raises(MatrixError, match="would share the archive name"):
-        load_matrix(path).cells(["t"])
+    cells = load_matrix(path).cells(["t"])
+    assert {c.harness for c in cells} == {"a+b", "a@b"}
+    assert len({c.folder for c in cells}) == len(cells)
 
 
 def test_line_of_finds_nested_and_dotted_keys():
