@@ -62,10 +62,15 @@ system-deps:
 # Servers that do not answer are started in containers where a Docker engine runs
 # (ORACLE_SERVERS=local turns that off); where neither is there, their tasks are skipped, and
 # the skip message says how to get them.
+# The last run's archives are moved aside and removed once this run is over: thousands of
+# files removed just before it made every file it writes slower to create (a file system
+# steps over recently freed inodes).
 trial: $(STAMP) system-deps
 	@$(BYTECODE)
-	rm -rf runs/demo
-	ORACLE_SERVERS=$${ORACLE_SERVERS:-containers} $(BIN)/oracle demo tasks/demo tasks/github --out runs/demo
+	rm -rf runs/.demo-old
+	if [ -e runs/demo ]; then mv runs/demo runs/.demo-old; fi
+	ORACLE_SERVERS=$${ORACLE_SERVERS:-containers} $(BIN)/oracle demo tasks/demo tasks/github --out runs/demo; \
+	  status=$$?; rm -rf runs/.demo-old; exit $$status
 
 # `make test` runs the tests side by side in PYTEST_WORKERS processes (pytest-xdist; by default
 # two per processor, at most 8): most tests wait on servers, subprocesses and sockets, so more

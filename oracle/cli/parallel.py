@@ -2,12 +2,14 @@
 worker processes, which runs its controls (and, for the demo, the demo agents' trials) as the
 command would in one process, then hands the results back.
 
-A task's runs stay together in one worker: its controls share one sandbox and follow one
-another, and its proof is written by that worker alone. Tasks are independent of each other
+A task's runs stay together in one worker: its controls and the demo agents' trials share one
+sandbox (reset before each) and follow one another, and its proof is written by that worker
+alone. Tasks are independent of each other
 (each has its own sandbox, databases, recorders, archive folders), so running two at once
 changes no verdict; the report lists them in the order the command was given them, whatever
-order they finish in. The longest tasks are handed out first (by their own controls, a task
-that starts a workflow first of all).
+order they finish in. The longest tasks are handed out first: by the seconds each took the
+last time it ran side by side (kept in ``$XDG_CACHE_HOME/oracle/task-seconds.json``), else by a
+guess from its controls.
 
 Workers are started by a fork server, a fresh process with nothing of the command's running:
 no scorer processes, egress recorders or server threads to inherit. Each loads the task files
@@ -17,9 +19,13 @@ in the command's own process.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import multiprocessing
 import os
-from collections.abc import Callable, Sequence
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -65,6 +71,8 @@ class TaskResult:
     report: ControlsReport
     records: list[TrialRecord] = field(default_factory=list)
     broken: list[str] = field(default_factory=list)
+    #: How long the worker took over it (the next run hands the longest tasks out first).
+    seconds: float = 0.0
 
 
 def ran_elsewhere(view: SandboxView) -> object:
@@ -112,27 +120,106 @@ def _run_task(name: str) -> TaskResult:
     plan: Plan = _WORKER["plan"]
     task = _WORKER["tasks"][name]
     scorer = _WORKER["scorer"]
-    with StopOnce.task():
-        report = prove(task, out=plan.controls_out, timeout=plan.timeout, scorer=scorer)
+    started = time.monotonic()
+    with StopOnce.task(), _task_sandbox(task) as sandbox:
+        report = prove(
+            task, out=plan.controls_out, timeout=plan.timeout, scorer=scorer, sandbox=sandbox
+        )
         out = TaskResult(name, report)
         if plan.agents and plan.trials_out is not None:
             with deferred_sync():
                 for agent in _WORKER["agents"]:
-                    record, why = trial_or_broken(task, agent, plan.trials_out, 0, scorer)
+                    record, why = trial_or_broken(
+                        task, agent, plan.trials_out, 0, scorer, sandbox=sandbox
+                    )
                     if record is not None:
                         out.records.append(record)
                     if why is not None:
                         out.broken.append(why)
     out.report = portable(out.report)
+    out.seconds = time.monotonic() - started
     return out
 
 
-def _longest_first(tasks: Sequence[Task]) -> list[Task]:
-    def cost(t: Task) -> tuple[bool, int]:
+@contextlib.contextmanager
+def _task_sandbox(task: Task) -> Iterator[Any]:
+    """One open sandbox for all of a task's runs (each resets it first, as a trial in a
+    sandbox of its own starts from the seed), closed after the last: opening a GitHub world
+    or an egress recorder for each took a quarter of a second. None where it cannot be
+    opened: the controls and each trial then try their own, and record why they could not."""
+    from oracle.trial.sandboxing import new_sandbox
+
+    try:
+        sandbox = new_sandbox(task)
+        sandbox.open()
+    except Exception:
+        yield None
+        return
+    try:
+        yield sandbox
+    finally:
+        sandbox.close()
+
+
+def _longest_first(tasks: Sequence[Task], seconds: Mapping[str, float], mode: str) -> list[Task]:
+    """`tasks`, the longest first: by the seconds each took in the last run like this one
+    (`seconds`, by `_time_key`), else by a guess from its controls (a task that starts a
+    workflow takes about a second and a half a control, any other about a third)."""
+
+    def cost(t: Task) -> float:
+        known = seconds.get(_time_key(t, mode))
+        if known is not None:
+            return known
         launches = any(s.kind == "github" for s in t.sinks)
-        return (launches, len(t.controls))
+        return (1.5 if launches else 0.3) * (len(t.controls) + 1)
 
     return sorted(tasks, key=cost, reverse=True)
+
+
+#: The seconds each task took in the last runs side by side (an ordering hint, nothing else).
+TIMES_FILE = "task-seconds.json"
+
+
+def _times_path() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "oracle" / TIMES_FILE
+
+
+def _time_key(task: Task, mode: str) -> str:
+    return f"{task.origin}::{task.name}::{mode}"
+
+
+def _load_times() -> dict[str, float]:
+    """The seconds kept by earlier runs (none where the file is missing or unreadable)."""
+    try:
+        data = json.loads(_times_path().read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {
+        str(k): float(v)
+        for k, v in data.items()
+        if isinstance(v, int | float) and not isinstance(v, bool)
+    }
+
+
+def _save_times(update: Mapping[str, float]) -> None:
+    """Keep `update` with what earlier runs kept (the newest wins; written whole, then put in
+    place). A file that cannot be written is left as it is: the next run only guesses."""
+    path = _times_path()
+    merged = {**_load_times(), **update}
+    tmp: str | None = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{TIMES_FILE}.")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(merged, f, indent=0, sort_keys=True)
+        os.replace(tmp, path)
+    except OSError:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
 
 
 def side_by_side(
@@ -155,8 +242,10 @@ def side_by_side(
     with ProcessPoolExecutor(
         max_workers=jobs, mp_context=ctx, initializer=_start_worker, initargs=(plan,)
     ) as pool:
+        mode = "demo" if plan.agents else "controls"
+        order = _longest_first(tasks, _load_times(), mode)
         futures: dict[Future[TaskResult], str] = {
-            pool.submit(_run_task, t.name): t.name for t in _longest_first(tasks)
+            pool.submit(_run_task, t.name): t.name for t in order
         }
         try:
             for future in as_completed(futures):
@@ -173,4 +262,8 @@ def side_by_side(
             # sandbox it has open and kills the control it runs.
             stop_pool(pool)
             raise
+    by_name = {t.name: t for t in tasks}
+    _save_times(
+        {_time_key(by_name[n], mode): r.seconds for n, r in results.items() if r.seconds > 0}
+    )
     return [results[t.name] for t in tasks]

@@ -73,18 +73,19 @@ def trial_or_broken(
     model: str = "none",
     profile: str = "default",
     options: RunOptions | None = None,
+    sandbox: Any = None,
 ) -> tuple[TrialRecord | None, str | None]:
     """One trial of `run_trials`: its record, or why it failed outside its own error
-    boundaries (a bug of ours: named and printed, and the run goes on)."""
+    boundaries (a bug of ours: named and printed, and the run goes on). In `sandbox` where
+    given (open, of `task`: reset first), else in a sandbox of its own."""
     from oracle.cli.render import console, plain
     from oracle.evidence.record import Cell
     from oracle.trial.loop import run_trial
 
     cell = Cell(harness=agent.name, task=task.name, repetition=rep, model=model, profile=profile)
     try:
-        result = run_trial(
-            task, agent, cell=cell, out=out, scorer=scorer, **sandbox_options(task, options)
-        )
+        where = {"sandbox": sandbox} if sandbox is not None else sandbox_options(task, options)
+        result = run_trial(task, agent, cell=cell, out=out, scorer=scorer, **where)
     except Exception as exc:
         why = f"task {task.name!r} × agent {agent.name!r}: {exc!r}"
         console().print(f"[red]trial failed:[/red] {plain(why)}")

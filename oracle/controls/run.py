@@ -218,15 +218,20 @@ def run_controls(
     out: Path | None = None,
     timeout: float = DEFAULT_TIMEOUT,
     scorer: Scorer | None = None,
+    sandbox: Any = None,
 ) -> tuple[list[ControlRun], str | None]:
     """Run every control of `task` (and the no-op) in one sandbox; ``(runs, error)``.
-    `scorer` is where the predicates run (by default a sealed scorer process)."""
+    `scorer` is where the predicates run (by default a sealed scorer process). `sandbox` is
+    an open sandbox of `task` to run them in (reset before each, left open); by default one
+    is opened and closed."""
     runs: list[ControlRun] = []
-    try:
-        sandbox = new_sandbox(task)
-        sandbox.open()
-    except Exception as exc:
-        return runs, f"task {task.name!r}: sandbox could not open: {exc}"
+    given = sandbox is not None
+    if not given:
+        try:
+            sandbox = new_sandbox(task)
+            sandbox.open()
+        except Exception as exc:
+            return runs, f"task {task.name!r}: sandbox could not open: {exc}"
     try:
         own = controls_of(task)
         for c in own:
@@ -268,7 +273,8 @@ def run_controls(
             if run.record.error is None and _world(run) != origin.get(source):
                 runs.append(run)
     finally:
-        sandbox.close()
+        if not given:
+            sandbox.close()
     return runs, None
 
 
@@ -502,10 +508,12 @@ def prove(
     timeout: float = DEFAULT_TIMEOUT,
     save: bool = True,
     scorer: Scorer | None = None,
+    sandbox: Any = None,
 ) -> ControlsReport:
-    """Run and classify one task's controls, and save the result beside the task file."""
+    """Run and classify one task's controls (in `sandbox` where given, see `run_controls`),
+    and save the result beside the task file."""
     report = ControlsReport()
-    runs, error = run_controls(task, out=out, timeout=timeout, scorer=scorer)
+    runs, error = run_controls(task, out=out, timeout=timeout, scorer=scorer, sandbox=sandbox)
     if error:
         report.errors.append(error)
     report.runs.extend(runs)
