@@ -108,7 +108,11 @@ def test_stop_pool_interrupts_workers_and_kills_those_that_do_not_end(
             futures[2].result()
         assert all(p.exitcode != -signal.SIGKILL for p in procs)
     else:
-        assert all(p.exitcode == -signal.SIGKILL for p in procs)
+        # Killed, none ended by itself. Ours is SIGKILL; once the first is gone the
+        # executor's own thread may find the pool broken and terminate the other first.
+        codes = [p.exitcode for p in procs]
+        assert -signal.SIGKILL in codes, codes
+        assert set(codes) <= {-signal.SIGKILL, -signal.SIGTERM}, codes
     # The sleeping tasks were ended, not waited for (60 s).
     assert took < 30, took
     assert len(list(tmp_path.iterdir())) == 2

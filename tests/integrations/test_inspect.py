@@ -132,7 +132,7 @@ def test_a_solver_that_raises_is_recorded_and_scores_nothing(logs):
     sample = log.samples[0]
     assert sample.error is not None and "the agent fell over" in sample.error.message
     assert not sample.scores
-    records = list((tmp / "runs").glob("*/user-rename__inspect__*__crash__r0/record.json"))
+    records = list((tmp / "runs").glob("*/user-rename__inspect__*__crash__r0*/record.json"))
     assert len(records) == 1, sorted(p.name for p in (tmp / "runs").iterdir())
     record = TrialRecord.model_validate_json(records[0].read_bytes())
     assert record.error == "solver raised RuntimeError: the agent fell over"
@@ -159,7 +159,7 @@ def test_a_trial_no_scorer_finished_is_abandoned_when_the_sample_ends(logs):
     tmp, found = logs
     (sample,) = found["no_oracle_scorer"].samples
     assert not sample.scores
-    (path,) = (tmp / "runs").glob("*/user-rename__inspect__*__no_oracle_scorer__r0/record.json")
+    (path,) = (tmp / "runs").glob("*/user-rename__inspect__*__no_oracle_scorer__r0*/record.json")
     record = TrialRecord.model_validate_json(path.read_bytes())
     assert record.error is not None and "Inspect ended the sample" in record.error
     assert (record.utility_achieved, record.security_breached) == (None, None)
