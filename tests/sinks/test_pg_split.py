@@ -5,13 +5,13 @@ read in one piece gives, whatever was done in between or during the read."""
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 
 import pytest
 
 from oracle.sinks import sql_server
 from oracle.sinks.sql import SqlSink
 from oracle.sinks.sql_state import SqlState
+from tests.sinks.test_pg_watermark import hashed, same
 
 pytestmark = pytest.mark.services
 
@@ -33,22 +33,12 @@ def split_all(monkeypatch):
 
 
 def in_one_piece(pg, db, base: SqlState, monkeypatch) -> SqlState:
+    """The state a read in one piece that hashes every row gives, from the same base."""
     monkeypatch.setattr(sql_server, "SPLIT_ROWS", 1 << 62)
-    s = SqlSink("app", pg.url(db))
-    s.base = dataclasses.replace(base)  # the same chunking; no watermark: every row hashed
     try:
-        state = s.snapshot().state
-        assert s.last_read["tables_split"] == 0
-        return state
+        return hashed(pg, db, base)
     finally:
-        s.close()
         monkeypatch.setattr(sql_server, "SPLIT_ROWS", 0)
-
-
-def same(a: SqlState, b: SqlState) -> None:
-    assert {n: t.digest for n, t in a.tables.items()} == {n: t.digest for n, t in b.tables.items()}
-    for name in a.tables:
-        assert a.rows(name) == b.rows(name), name
 
 
 @pytest.mark.parametrize(
