@@ -29,6 +29,26 @@ def host_lock(name: str) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
+def user_cache_dir() -> Path:
+    """The user's cache folder for oracle: ``$XDG_CACHE_HOME/oracle`` (``~/.cache/oracle``)."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "oracle"
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Replace `path` by `data` in one rename (a reader never sees half a file); its folder is
+    made if need be, and nothing is left behind where it fails."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 def remove_tree(path: Path) -> None:
     """Remove `path` whatever its permission bits say (an agent may have chmod-ed things);
     a link is removed itself, never followed."""

@@ -23,7 +23,6 @@ import contextlib
 import json
 import multiprocessing
 import os
-import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
@@ -181,8 +180,9 @@ TIMES_FILE = "task-seconds.json"
 
 
 def _times_path() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "oracle" / TIMES_FILE
+    from oracle.base.fsops import user_cache_dir
+
+    return user_cache_dir() / TIMES_FILE
 
 
 def _time_key(task: Task, mode: str) -> str:
@@ -207,19 +207,11 @@ def _load_times() -> dict[str, float]:
 def _save_times(update: Mapping[str, float]) -> None:
     """Keep `update` with what earlier runs kept (the newest wins; written whole, then put in
     place). A file that cannot be written is left as it is: the next run only guesses."""
-    path = _times_path()
+    from oracle.base.fsops import write_atomic
+
     merged = {**_load_times(), **update}
-    tmp: str | None = None
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{TIMES_FILE}.")
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(merged, f, indent=0, sort_keys=True)
-        os.replace(tmp, path)
-    except OSError:
-        if tmp is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
+    with contextlib.suppress(OSError):
+        write_atomic(_times_path(), json.dumps(merged, indent=0, sort_keys=True).encode())
 
 
 def side_by_side(

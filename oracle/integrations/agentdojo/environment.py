@@ -27,8 +27,6 @@ import datetime as _dt
 import enum
 import functools
 import hashlib
-import os
-import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -128,19 +126,6 @@ def restore[M: BaseModel](cls: type[M], data: Mapping[str, Any]) -> M:
 def dumps(model: BaseModel) -> bytes:
     """The file form of an environment: its canonical JSON, in the model's field order."""
     return orjson.dumps(canonical(model))
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Replace `path` by `data` in one rename (a reader never sees half a file)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 # --- state -------------------------------------------------------------------------------------

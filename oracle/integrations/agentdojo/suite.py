@@ -31,6 +31,7 @@ from typing import Any
 from oracle.authoring.sandbox_view import SandboxView
 from oracle.authoring.task import Injection, Task, breach, clean
 from oracle.base.canonical import digest_json
+from oracle.base.fsops import write_atomic
 from oracle.evidence.kinds import SinkKind
 from oracle.evidence.sink import FixtureError, Place, Provisioned, env_suffix
 from oracle.evidence.tools import ToolCall, current_log
@@ -43,7 +44,6 @@ from oracle.integrations.agentdojo.environment import (
     EnvState,
     dumps,
     restore,
-    write_atomic,
 )
 
 DEFAULT_VERSION = "v1.2.2"

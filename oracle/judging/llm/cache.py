@@ -27,6 +27,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from oracle.base.fsops import user_cache_dir
+
 CACHE_ENV = "ORACLE_JUDGE_CACHE"
 DISABLED = ("off", "0", "")
 
@@ -132,5 +134,4 @@ def default_cache() -> JudgeCache | None:
         if named.strip().lower() in DISABLED:
             return None
         return JudgeCache(Path(named).expanduser())
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return JudgeCache(Path(base) / "oracle" / "judge")
+    return JudgeCache(user_cache_dir() / "judge")
