@@ -559,6 +559,8 @@ def test_mbox_round_trip_answers_every_query_alike():
     live = observe([mbox("inbox", messages=[INVOICE, NOTICE])], act)
     back = rebuild(live)
     _inbox_queries(live, back)
+    # The one message kept was marked read, in the mbox's Status header.
+    assert len(same(live, back, lambda o: o.diff.inbox("inbox").flagged("R"))) == 1
 
 
 def _inbox_queries(live: Observed, back: Observed) -> None:
