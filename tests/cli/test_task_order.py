@@ -58,6 +58,12 @@ def test_times_are_kept_merged_and_a_bad_file_is_only_no_hint(tmp_path, monkeypa
     parallel._save_times({"d": 1.0})  # a broken file is replaced, not a reason to fail
     assert parallel._load_times() == {"d": 1.0}
     assert [p.name for p in path.parent.iterdir()] == [parallel.TIMES_FILE]
+    # A cache folder that cannot be written: no hint kept, and no error.
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("x")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocked))
+    parallel._save_times({"e": 1.0})
+    assert parallel._load_times() == {} and blocked.read_text() == "x"
 
 
 @pytest.mark.e2e
