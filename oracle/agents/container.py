@@ -41,6 +41,7 @@ from oracle.fixtures.containers.servers import owner_labels, sweep_stale
 from oracle.isolation.engine import AGENT_REMEDY as AGENT_REMEDY
 from oracle.isolation.engine import ContainerEngineMissingError as ContainerEngineMissingError
 from oracle.isolation.engine import docker_client as docker_client
+from oracle.isolation.engine import start_container
 from oracle.proxies.gate import GateError, login_gates
 from oracle.proxies.jail import NetworkJail
 from oracle.trial.agent import AgentError, RunRecord
@@ -157,23 +158,26 @@ class ContainerAgent:
         except GateError as exc:
             raise AgentError(str(exc), RunRecord(failed("container", self.name, str(exc)))) from exc
         try:
-            holder = client.containers.run(
-                image=self.image,
-                entrypoint=["sleep", "2147483647"],
-                command=[],
-                network_mode="none",
-                # The engine turns IPv6 off in a namespace without a network; the jail's relays
-                # and traps listen on [::1] too.
-                sysctls={
-                    "net.ipv6.conf.all.disable_ipv6": "0",
-                    "net.ipv6.conf.lo.disable_ipv6": "0",
-                },
-                read_only=True,
-                cap_drop=["ALL"],
-                security_opt=["no-new-privileges:true"],
-                pids_limit=4,
-                labels={**owner_labels(), "oracle.role": "network-holder"},
-                detach=True,
+            holder = start_container(
+                client,
+                dict(
+                    image=self.image,
+                    entrypoint=["sleep", "2147483647"],
+                    command=[],
+                    network_mode="none",
+                    # The engine turns IPv6 off in a namespace without a network; the jail's
+                    # relays and traps listen on [::1] too.
+                    sysctls={
+                        "net.ipv6.conf.all.disable_ipv6": "0",
+                        "net.ipv6.conf.lo.disable_ipv6": "0",
+                    },
+                    read_only=True,
+                    cap_drop=["ALL"],
+                    security_opt=["no-new-privileges:true"],
+                    pids_limit=4,
+                    labels={**owner_labels(), "oracle.role": "network-holder"},
+                    detach=True,
+                ),
             )
         except Exception as exc:
             why = f"the container that holds the agent's network did not start: {exc}"
@@ -210,7 +214,7 @@ class ContainerAgent:
         config["labels"] = {**config["labels"], **owner_labels()}
         started = time.time()
         try:
-            container = client.containers.run(**config)
+            container = start_container(client, config)
         except Exception as exc:
             return RunRecord(Invocation.not_started("container", self.name, f"{exc}"))
         timed_out = False

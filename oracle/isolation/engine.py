@@ -12,6 +12,7 @@ answers it raises `ContainerEngineMissingError` naming the cause and what to do 
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 
@@ -42,3 +43,32 @@ def docker_client(remedy: str = AGENT_REMEDY, timeout: float | None = 60) -> Any
             f"no Docker engine is reachable ({exc}); {remedy}"
         ) from exc
     return client
+
+
+#: What the engine answers when a container's first process died after the container was
+#: created and before it was started: the runtime's init, which waits to run the command, was
+#: gone, so nothing of the command ran. Seen about once in a hundred starts while other
+#: containers start and stop on a busy two-core machine.
+DIED_BEFORE_START = "cannot start a stopped process"
+
+
+def start_container(client: Any, config: dict[str, Any], tries: int = 3) -> Any:
+    """Create and start a container from `config` (the keyword arguments of
+    ``client.containers.run``, detached); its handle.
+
+    A container that fails to start is removed, not left behind (``containers.run`` keeps it).
+    Where the engine says its process died before the start (`DIED_BEFORE_START`), the command
+    never ran and a new container is tried, up to `tries` in all; any other error is raised."""
+    create = {k: v for k, v in config.items() if k != "detach"}
+    attempt = 0
+    while True:
+        attempt += 1
+        container = client.containers.create(**create)
+        try:
+            container.start()
+            return container
+        except Exception as exc:
+            with contextlib.suppress(Exception):
+                container.remove(force=True)
+            if attempt >= tries or DIED_BEFORE_START not in str(exc):
+                raise

@@ -85,7 +85,10 @@ def test_no_engine_is_a_clear_error_and_the_agent_never_started(monkeypatch):
 
 class FakeDockerContainer:
     def __init__(self, code: int) -> None:
-        self.code, self.removed, self.killed = code, False, False
+        self.code, self.removed, self.killed, self.started = code, False, False, False
+
+    def start(self) -> None:
+        self.started = True
 
     def wait(self, timeout: float) -> dict[str, int]:
         return {"StatusCode": self.code}
@@ -106,9 +109,14 @@ class FakeDockerClient:
         self.container = FakeDockerContainer(code)
         self.containers = self
 
-    def run(self, **kwargs: object) -> FakeDockerContainer:
+    def create(self, **kwargs: object) -> FakeDockerContainer:
         self.calls.append(kwargs)
         return self.container
+
+
+def created(config: dict) -> dict:
+    """`config` as the engine is asked to create it (``detach`` is ``run``'s word alone)."""
+    return {k: v for k, v in config.items() if k != "detach"}
 
 
 def test_services_the_network_cannot_be_set_up_to_reach_are_refused():
@@ -136,13 +144,14 @@ def test_run_path_with_a_fake_client():
     assert owner is not None and owner.pid == os.getpid()
     # The engine is asked for exactly the policy: read-only root, no capabilities,
     # no-new-privileges, memory and process limits, the named network.
-    assert config == container_config(
-        VIEW, ["agent"], image="img", env={"KEY": "k"}, network="oracle-net"
+    assert config == created(
+        container_config(VIEW, ["agent"], image="img", env={"KEY": "k"}, network="oracle-net")
     )
     assert config["read_only"] is True and config["cap_drop"] == ["ALL"]
     assert config["security_opt"] == ["no-new-privileges:true"]
     assert config["mem_limit"] == "2g" and config["pids_limit"] == 512
     assert config["environment"]["KEY"] == "k" and client.container.removed
+    assert client.container.started
     assert run.invocation.isolation == "container"
     assert run.invocation.exit_code == 0 and run.reply == b"done\n"
     assert run.logs["agent.stderr"] == b"warn\n"
