@@ -141,9 +141,22 @@ class Runtime:
         import site as site_module
         import sysconfig
 
+        site_dirs = [Path(p) for p in site_module.getsitepackages() if os.path.isdir(p)]
+        installed = {os.path.realpath(p) for p in site_dirs}
+
+        def in_environment(d: metadata.Distribution) -> bool:
+            return os.path.realpath(str(d.locate_file(""))) in installed
+
+        # The first of a name on the import path, unless it is not installed in this
+        # environment and one that is comes later: a source checkout on the path (the working
+        # folder of `python -c`, pytest's rootdir) holds the editable install's stale
+        # `oracle.egg-info`, which would give this environment a second digest (and a second
+        # base image) in processes started there.
         dists: dict[str, metadata.Distribution] = {}
         for d in metadata.distributions():
-            dists.setdefault(_norm(d.metadata["Name"] or ""), d)
+            name = _norm(d.metadata["Name"] or "")
+            if name not in dists or (in_environment(d) and not in_environment(dists[name])):
+                dists[name] = d
         ours = dists.get("oracle")
         provided = (ours.metadata.get_all("Provides-Extra") or []) if ours else []
         wanted = [e for e in provided if e not in LEFT_OUT_EXTRAS]
@@ -156,7 +169,6 @@ class Runtime:
             for f in dists[name].files or ():
                 left_out.add(Path(os.path.abspath(str(dists[name].locate_file(f)))))
         kept = tuple(sorted((n, d.version) for n, d in dists.items() if n not in drop))
-        site_dirs = [Path(p) for p in site_module.getsitepackages() if os.path.isdir(p)]
         return cls(
             executable=Path(os.path.abspath(sys.executable)),
             base_prefix=Path(sys.base_prefix),
