@@ -158,7 +158,8 @@ engine: $(STAMP)
 # The images of the servers (PostgreSQL, MariaDB, Redis, RabbitMQ) and of container agents,
 # built from Debian's packages on a root filesystem made with debootstrap (no registry needed);
 # each is built once per machine and reused until its recipe changes. Prints the settings that
-# select them, one per line in shell syntax: `eval "$$(make -s images)"`.
+# select them, one per line in shell syntax: `eval "$$(make -s images)"`. Then the container
+# scorer's image of this environment (built by the first sealed run where this has not run).
 images: engine
 	@command -v debootstrap >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
 	  { echo "installing Debian package: debootstrap" >&2; apt-get update -qq && \
