@@ -147,16 +147,16 @@ class Runtime:
         def in_environment(d: metadata.Distribution) -> bool:
             return os.path.realpath(str(d.locate_file(""))) in installed
 
-        # The first of a name on the import path, unless it is not installed in this
-        # environment and one that is comes later: a source checkout on the path (the working
-        # folder of `python -c`, pytest's rootdir) holds the editable install's stale
-        # `oracle.egg-info`, which would give this environment a second digest (and a second
-        # base image) in processes started there.
+        # The distributions installed in this environment's site-packages alone (the first of
+        # a name there), whatever else the import path holds: a source checkout on it (the
+        # working folder of `python -c`, pytest's rootdir) holds the editable install's stale
+        # `oracle.egg-info`, and a folder a process added may hold others. Counting them gave
+        # one environment a second digest (and a second base image) in processes started
+        # there; the image copies site-packages, not them.
         dists: dict[str, metadata.Distribution] = {}
         for d in metadata.distributions():
-            name = _norm(d.metadata["Name"] or "")
-            if name not in dists or (in_environment(d) and not in_environment(dists[name])):
-                dists[name] = d
+            if in_environment(d):
+                dists.setdefault(_norm(d.metadata["Name"] or ""), d)
         ours = dists.get("oracle")
         provided = (ours.metadata.get_all("Provides-Extra") or []) if ours else []
         wanted = [e for e in provided if e not in LEFT_OUT_EXTRAS]
