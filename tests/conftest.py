@@ -331,8 +331,12 @@ GROUPS_ENV = "ORACLE_TEST_GROUPS"
 
 
 def _group_of(item: pytest.Item) -> str | None:
-    """The group `item` runs in: the users of a dear session fixture together, and the tests
-    of a module that share a fixture made once per module (a server, a sandbox, a browser)."""
+    """The group `item` runs in: the one its ``group`` mark names, the users of a dear session
+    fixture together, and the tests of a module that share a fixture made once per module (a
+    server, a sandbox, a browser)."""
+    marked = item.get_closest_marker("group")
+    if marked is not None:
+        return str(marked.args[0])
     info = getattr(item, "_fixtureinfo", None)
     if info is None:
         return None
