@@ -47,8 +47,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any, Literal
 
-import sqlalchemy as sa
-
 from oracle.agents.program import identify
 from oracle.authoring.limits import Limits
 from oracle.authoring.sandbox_view import SandboxView
@@ -176,6 +174,8 @@ class _SandboxStatus:
 def exposed_endpoints(env: Mapping[str, str]) -> list[tuple[str, int]]:
     """The loopback services a task exposes to its agent, read from the sandbox's variables:
     the HTTP(S) proxy, the SMTP sink, and every database URL with a host."""
+    import sqlalchemy as sa  # here: `oracle show`, `report` … import this module, never call it
+
     found: set[tuple[str, int]] = set()
     for key in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
         if key in env:

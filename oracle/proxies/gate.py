@@ -32,9 +32,11 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
-import sqlalchemy as sa
+if TYPE_CHECKING:
+    import sqlalchemy as sa
+
 
 GateProtocol = Literal["postgresql", "mysql", "redis"]
 Stream = tuple[asyncio.StreamReader, asyncio.StreamWriter]
@@ -140,6 +142,8 @@ def login_gates(env: Mapping[str, str]) -> dict[tuple[str, int], LoginGate]:
     ``ORACLE_REDIS_URL_*`` …), keyed by ``(host, port)``. An endpoint admits every account
     its URLs name; one whose URLs name no user gets no gate (the agent was handed no account
     to hold it to). Raises `GateError` if one endpoint has URLs of two protocols."""
+    import sqlalchemy as sa  # here: a process that hands out no URL never loads it
+
     found: dict[tuple[str, int], tuple[GateProtocol, set[Account]]] = {}
     for key, value in sorted(env.items()):
         if not (key.startswith("ORACLE_") and ("_URL" in key or key.startswith("ORACLE_DSN"))):
