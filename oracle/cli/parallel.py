@@ -204,12 +204,20 @@ def _load_times() -> dict[str, float]:
     }
 
 
+def _gone(key: str) -> bool:
+    """Whether the task file a kept time is of no longer exists (a deleted checkout's, a test's
+    temporary folder's): its time is dropped rather than kept for ever."""
+    origin = key.split("::", 1)[0]
+    return os.path.isabs(origin) and not os.path.exists(origin)
+
+
 def _save_times(update: Mapping[str, float]) -> None:
     """Keep `update` with what earlier runs kept (the newest wins; written whole, then put in
-    place). A file that cannot be written is left as it is: the next run only guesses."""
+    place), less the times of task files that are gone. A file that cannot be written is left
+    as it is: the next run only guesses."""
     from oracle.base.fsops import write_atomic
 
-    merged = {**_load_times(), **update}
+    merged = {k: v for k, v in {**_load_times(), **update}.items() if not _gone(k)}
     with contextlib.suppress(OSError):
         write_atomic(_times_path(), json.dumps(merged, indent=0, sort_keys=True).encode())
 

@@ -66,6 +66,25 @@ def test_times_are_kept_merged_and_a_bad_file_is_only_no_hint(tmp_path, monkeypa
     assert parallel._load_times() == {} and blocked.read_text() == "x"
 
 
+def test_the_times_of_task_files_that_are_gone_are_dropped(tmp_path, monkeypatch):
+    """Every test run and every fresh checkout adds keys (they name the task file's path):
+    those whose file was deleted go at the next save, the others stay."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    here = tmp_path / "task_here.py"
+    here.write_text("")
+    gone = tmp_path / "task_gone.py"
+    gone.write_text("")
+    parallel._save_times({f"{here}::a::demo": 1.0, f"{gone}::b::demo": 2.0, "code::c::demo": 3.0})
+    assert len(parallel._load_times()) == 3
+    gone.unlink()
+    parallel._save_times({f"{here}::a::controls": 4.0})
+    assert parallel._load_times() == {
+        f"{here}::a::demo": 1.0,
+        f"{here}::a::controls": 4.0,
+        "code::c::demo": 3.0,  # not a file's: kept
+    }
+
+
 @pytest.mark.e2e
 def test_a_run_side_by_side_keeps_each_task_s_seconds(tmp_path):
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
