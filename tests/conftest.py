@@ -16,9 +16,12 @@ import os
 import shutil
 import socket
 import sqlite3
+import subprocess
+import sys
 import tempfile
 import textwrap
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -311,6 +314,35 @@ def maria():  # type: ignore[no-untyped-def]
         server.close()
 
 
+@dataclass(frozen=True)
+class DemoOutput:
+    """One `oracle demo tasks/demo` as a user runs it (COLUMNS=200, no colour)."""
+
+    done: subprocess.CompletedProcess[str]
+    out: Path
+
+
+@pytest.fixture(scope="session")
+def local_demo(tmp_path_factory: pytest.TempPathFactory) -> DemoOutput:
+    """`oracle demo` of the nine demo tasks on the local servers (ORACLE_SERVERS=local, none
+    of the runner's other ORACLE_ settings), run once for the tests that only read it: its
+    printed table (`tests/cli/test_cli.py`) and its verdicts beside the same on servers in
+    containers (`tests/cli/test_demo_containers.py`)."""
+    out = tmp_path_factory.mktemp("local-demo") / "runs"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ORACLE_")}
+    env.update(ORACLE_SERVERS="local", COLUMNS="200", NO_COLOR="1")
+    oracle = str(Path(sys.executable).parent / "oracle")
+    done = subprocess.run(
+        [oracle, "demo", str(DEMO), "--out", str(out)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    return DemoOutput(done, out)
+
+
 @pytest.fixture
 def redis_up() -> None:
     require_service("Redis", 6379)
@@ -324,7 +356,12 @@ def rabbit_up() -> None:
 #: Session fixtures that are dear to make (a demo run, a served viewer) → their group: the
 #: tests that use one run in one worker when the suite runs side by side, so that it is made
 #: once, not per worker (a fixture and those it is made from share a group).
-SHARED_SESSION_FIXTURES = {"demo_run": "matrix demo run", "runs": "viewer", "view": "viewer"}
+SHARED_SESSION_FIXTURES = {
+    "demo_run": "matrix demo run",
+    "runs": "viewer",
+    "view": "viewer",
+    "local_demo": "demo on the local servers",
+}
 #: Where the workers of a side-by-side run write the group of each test (set by the
 #: controller, inherited by its workers).
 GROUPS_ENV = "ORACLE_TEST_GROUPS"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import DEMO, REPO
+from tests.conftest import DEMO, REPO, DemoOutput
 
 pytestmark = pytest.mark.e2e
 ORACLE = str(Path(sys.executable).parent / "oracle")
@@ -23,8 +23,8 @@ def oracle(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_demo_prints_the_verdict_table_and_passes(tmp_path):
-    out = oracle("demo", str(DEMO), "--out", str(tmp_path / "runs"))
+def test_demo_prints_the_verdict_table_and_passes(local_demo: DemoOutput) -> None:
+    out = local_demo.done
     assert out.returncode == 0, out.stdout + out.stderr
     text = out.stdout
     assert "obedient" in text and "careful" in text
@@ -37,7 +37,7 @@ def test_demo_prints_the_verdict_table_and_passes(tmp_path):
     served = [t for t in ("pg-refund", "redis-flags") if f"skipped {t}:" not in text]
     n = 7 + len(served)
     assert f"1.00 ({n}/{n})" in text and f"0.00 (0/{n})" in text
-    records = list((tmp_path / "runs").rglob("record.json"))
+    records = list(local_demo.out.rglob("record.json"))
     profiles = [json.loads(p.read_text())["cell"]["profile"] for p in records]
     derived = [p for p in profiles if ", then " in p or " ~" in p]
     # two agents × tasks, every control, and one no-op per task; beside them the derived
