@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import socket
 import sqlite3
 import subprocess
@@ -432,3 +433,33 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
             return self._groups.get(nodeid, nodeid)
 
     return Grouped(config, log)
+
+
+def _sigint_ignored() -> bool:
+    """Whether SIGINT is ignored in this process, as the kernel has it (a library's own
+    sigaction is not seen by `signal.getsignal`); children started now inherit that."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("SigIgn:"):
+                return bool(int(line.split()[1], 16) & (1 << (signal.SIGINT - 1)))
+    except (OSError, ValueError):
+        pass
+    return False
+
+
+@pytest.fixture(autouse=True)
+def _sigint_not_left_ignored(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test that leaves SIGINT ignored in this process is named (a warning) and the default
+    handler is put back: every process a later test starts would inherit the ignoring and
+    outlive a Ctrl-C (test_the_container_goes_with_its_process[interrupt] slept its 60 s out
+    twice in full runs)."""
+    before = _sigint_ignored()
+    yield
+    if not before and _sigint_ignored():
+        import warnings
+
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        warnings.warn(
+            f"{request.node.nodeid} left SIGINT ignored in its process; handler restored",
+            stacklevel=1,
+        )
