@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -23,6 +24,11 @@ from tests.matrix.test_matrix_run import probe_matrix
 pytest.importorskip("ray", reason="the ray extra is not installed (make test installs it)")
 pytestmark = pytest.mark.e2e
 RAY = str(Path(sys.executable).parent / "ray")
+#: The cluster's token, handed to it and to the command that connects to it. Without it both
+#: sides fall back on ~/.ray/auth_token, which a `ray.init()` anywhere on the machine writes
+#: (Ray 2.60): the head and the command then disagreed and the run failed on
+#: "InvalidAuthToken".
+AUTH = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
 
 
 def _free_port() -> int:
@@ -45,7 +51,7 @@ def ray_cluster() -> Iterator[str]:
     port = _free_port()
     # Ray's unix sockets need a short path; pytest's tmp_path can be too long for them.
     temp = tempfile.mkdtemp(prefix="ray", dir="/tmp")
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", **AUTH}
     proc = subprocess.Popen(
         [
             RAY,
@@ -116,7 +122,7 @@ def test_cells_run_on_a_ray_cluster_and_reduce(ray_cluster: str, tmp_path: Path)
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        env={**os.environ, "COLUMNS": "200", "RAY_USAGE_STATS_ENABLED": "0"},
+        env={**os.environ, "COLUMNS": "200", "RAY_USAGE_STATS_ENABLED": "0", **AUTH},
     )
     output, _ = proc.communicate(timeout=300)
     assert proc.returncode == 0, output
