@@ -176,7 +176,6 @@ class ContainerAgent:
                     security_opt=["no-new-privileges:true"],
                     pids_limit=4,
                     labels={**owner_labels(), "oracle.role": "network-holder"},
-                    detach=True,
                 ),
             )
         except Exception as exc:
