@@ -80,15 +80,31 @@ def colours(image: Any, box: tuple[int, int, int, int] | None = None) -> set[tup
 def follow(driver: Any, element: Any) -> None:
     """Click `element` and wait until the next page has replaced this one."""
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support import expected_conditions
     from selenium.webdriver.support.ui import WebDriverWait
 
     old = driver.find_element(By.TAG_NAME, "html")
     element.click()
-    WebDriverWait(driver, 15).until(expected_conditions.staleness_of(old))
+    WebDriverWait(driver, 15).until(lambda d: _gone(old))
     WebDriverWait(driver, 15).until(
         lambda d: d.execute_script("return document.readyState") == "complete"
     )
+
+
+def _gone(element: Any) -> bool:
+    """Whether `element` left the document. Asked mid-navigation, chromedriver answers either
+    a stale reference or, now and then, an inspector error that the node "does not belong to
+    the document": both mean it is gone."""
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
+
+    try:
+        element.is_enabled()
+    except StaleElementReferenceException:
+        return True
+    except WebDriverException as exc:
+        if "does not belong to the document" in str(exc):
+            return True
+        raise
+    return False
 
 
 def no_alert(driver: Any) -> None:
