@@ -124,6 +124,7 @@ def scorer_config(
     meeting: Path,
     memory: str = "8g",
     pids: int = 512,
+    preloaded: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """The keyword arguments for ``docker.containers.create`` that run the scorer's
     `command` (see the module docstring): the whole policy, as plain data."""
@@ -136,7 +137,7 @@ def scorer_config(
         "image": image,
         "command": list(command),
         "user": f"{os.getuid()}:{os.getgid()}",
-        "environment": {**scorer_env(), "TMPDIR": SCRATCH},
+        "environment": {**scorer_env(preloaded), "TMPDIR": SCRATCH},
         "working_dir": "/",
         "network_mode": "none",
         "read_only": True,
@@ -165,8 +166,9 @@ class ContainerZygote(Zygote):
         *,
         memory: str = "8g",
         pids: int = 512,
+        preloaded: Sequence[str] | None = None,
     ) -> None:
-        super().__init__(folders, hidden, bubblewrap=False)
+        super().__init__(folders, hidden, bubblewrap=False, preloaded=preloaded)
         self.image: str | None = image.id
         self.memory = memory
         self.pids = pids
@@ -217,6 +219,7 @@ class ContainerZygote(Zygote):
             meeting=self._folder,
             memory=self.memory,
             pids=self.pids,
+            preloaded=self.preloaded,
         )
         try:
             client = engine()
@@ -334,8 +337,12 @@ class ContainerScorerPool(ScorerPool):
         self._folders.add(task_file.resolve().parent)
         return sorted(self._folders)
 
-    def _start(self, readable: Sequence[Path], hidden: tuple[Path, ...]) -> Zygote:
-        zygote = ContainerZygote(self.image, readable, hidden, memory=self.memory, pids=self.pids)
+    def _start(
+        self, readable: Sequence[Path], hidden: tuple[Path, ...], preloaded: Sequence[str]
+    ) -> Zygote:
+        zygote = ContainerZygote(
+            self.image, readable, hidden, memory=self.memory, pids=self.pids, preloaded=preloaded
+        )
         zygote.start()
         return zygote
 

@@ -22,6 +22,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Literal
 
 from oracle.evidence.record import ScoringRecord
+from oracle.scoring import preload
 from oracle.scoring.judge import assemble, plan
 from oracle.scoring.scorer import InProcessScorer, Outcomes, Scored, TrialEvidence, unreadable
 from oracle.scoring.sealed import (
@@ -63,6 +64,8 @@ class ScorerPool:
         self._scorers: dict[tuple[int, Path], TaskScorer] = {}
         self._lock = threading.Lock()
         self._closed = False
+        #: The task files handed to `warm`: a new zygote imports what they use.
+        self._warmed: dict[Path, None] = {}
 
     def __enter__(self) -> ScorerPool:
         return self
@@ -75,8 +78,10 @@ class ScorerPool:
     ) -> None:
         self.close()
 
-    def _start(self, readable: Sequence[Path], hidden: tuple[Path, ...]) -> Zygote:
-        zygote = Zygote(readable, hidden, bubblewrap=self.bubblewrap)
+    def _start(
+        self, readable: Sequence[Path], hidden: tuple[Path, ...], preloaded: Sequence[str]
+    ) -> Zygote:
+        zygote = Zygote(readable, hidden, bubblewrap=self.bubblewrap, preloaded=preloaded)
         try:
             zygote.start()
         except ScorerError as exc:
@@ -86,7 +91,7 @@ class ScorerPool:
             # separate process, and every record says it was not contained.
             self.bubblewrap = False
             self.note = f"the scorer process is not contained: bubblewrap failed ({exc})"
-            zygote = Zygote(readable, hidden, bubblewrap=False)
+            zygote = Zygote(readable, hidden, bubblewrap=False, preloaded=preloaded)
             zygote.start()
         return zygote
 
@@ -100,7 +105,9 @@ class ScorerPool:
                 return z
         # None of them sees the task's folder: a new zygote, with it bound back if need be.
         self._evict_zygotes(MAX_ZYGOTES - 1)
-        zygote = self._start(self._readable(task_file, hidden), hidden)
+        # It imports what this task file and those warmed with it use (oracle.scoring.preload).
+        preloaded = preload.modules([task_file, *self._warmed])
+        zygote = self._start(self._readable(task_file, hidden), hidden, preloaded)
         self._zygotes.append((hidden, zygote))
         return zygote
 
@@ -182,6 +189,8 @@ class ScorerPool:
         each does not wait for them. Failures are left for the trial to meet and record."""
         files = list(dict.fromkeys(Path(f).absolute() for f in task_files))
         hidden = list(hidden)
+        with self._lock:
+            self._warmed.update(dict.fromkeys(files))
 
         def run() -> None:
             for f in files:

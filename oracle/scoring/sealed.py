@@ -70,12 +70,15 @@ class ScorerError(RuntimeError):
     """A scorer process could not be started or answered out of turn."""
 
 
-def scorer_env() -> dict[str, str]:
+def scorer_env(preloaded: Sequence[str] | None = None) -> dict[str, str]:
     """What the scorer's environment keeps: where programs are, the locale, the oracle's own
-    settings (task files may read server URLs from them). No credentials of the harness."""
+    settings (task files may read server URLs from them). No credentials of the harness.
+    `preloaded`: the modules its zygote imports (`oracle.scoring.preload`; None: every module
+    of the layers loaded here)."""
     keep = {"PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "HOME"}
     env = {k: v for k, v in os.environ.items() if k in keep or k.startswith("ORACLE_")}
-    env[preload.ENV] = ",".join(preload.modules())
+    names = preload.modules() if preloaded is None else preloaded
+    env[preload.ENV] = ",".join(names)
     return env
 
 
@@ -117,11 +120,19 @@ class Zygote:
     """A fresh interpreter that imports oracle once and forks scorers on request."""
 
     def __init__(
-        self, readable: Sequence[Path], hidden: Sequence[Path], *, bubblewrap: bool
+        self,
+        readable: Sequence[Path],
+        hidden: Sequence[Path],
+        *,
+        bubblewrap: bool,
+        preloaded: Sequence[str] | None = None,
     ) -> None:
         self.readable = tuple(readable)
         self.hidden = tuple(hidden)
         self.bubblewrap = bubblewrap
+        #: The modules it imports before its first fork (None: every one of the layers
+        #: loaded here; `oracle.scoring.preload`).
+        self.preloaded = None if preloaded is None else tuple(preloaded)
         #: The container image the scorers run in, by digest (None: on this host).
         self.image: str | None = None
         self._proc: subprocess.Popen[bytes] | None = None
@@ -175,7 +186,7 @@ class Zygote:
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
-                env=scorer_env(),
+                env=scorer_env(self.preloaded),
                 cwd="/",
                 start_new_session=True,
             ).result()

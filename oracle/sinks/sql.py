@@ -29,10 +29,7 @@ import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from types import MappingProxyType
-from typing import Any
-
-import sqlalchemy as sa
-from sqlalchemy.engine import Engine
+from typing import TYPE_CHECKING, Any
 
 from oracle.base.canonical import digest_json
 from oracle.evidence.snapshot import Snapshot, SnapshotError
@@ -49,6 +46,12 @@ from oracle.sinks.sql_state import (
     build_table,
 )
 from oracle.sinks.sqlite_pages import PageReader
+
+# SQLAlchemy (0.13 s to import) is imported where a sink is built or read: a scorer, which
+# loads task files and reads evidence but never a database, does without it.
+if TYPE_CHECKING:
+    import sqlalchemy as sa
+    from sqlalchemy.engine import Engine
 
 SERVER_BACKENDS = ("postgresql", "mysql", "mariadb")
 
@@ -91,6 +94,8 @@ class SqlSink:
         display_url: str | None = None,
         schema: str = "public",
     ) -> None:
+        import sqlalchemy as sa
+
         self.name = name
         self.url = sa.make_url(url)
         self.tables = tuple(tables) if tables is not None else None
@@ -155,6 +160,8 @@ class SqlSink:
     @property
     def engine(self) -> Engine:
         if self._engine is None:
+            import sqlalchemy as sa
+
             connect_args: dict[str, Any] = {}
             backend = self.backend
             # A server that stops answering fails the snapshot instead of holding it forever.
@@ -316,6 +323,8 @@ class SqlSink:
             pg.close()
 
     def _read(self) -> SqlState:
+        import sqlalchemy as sa
+
         with self.engine.connect() as conn:
             sqlite = conn.dialect.name == "sqlite"
             if sqlite:
@@ -360,6 +369,8 @@ class SqlSink:
         return sorted(t for t in chosen if t not in self.exclude)
 
     def _read_table(self, conn: sa.Connection, inspector: sa.Inspector, name: str) -> TableState:
+        import sqlalchemy as sa
+
         dialect = conn.dialect
         columns = tuple(
             ColumnInfo(

@@ -72,6 +72,108 @@ def test_a_task_file_straight_in_the_temporary_folder_is_scored_by_one_zygote(
         assert not zygote.sees(temp / "sibling" / "secret.txt")
 
 
+NOTES = """\
+from oracle import Task, folder
+
+def wrote(ev):
+    return ev.after.files("root").exists("notes.txt")
+
+task = Task(name="notes", prompt="p", sinks=[folder("root", template={"a.txt": "a"})],
+            security=wrote)
+"""
+
+
+def test_a_task_file_its_zygote_was_not_started_for_is_scored_alike(tmp_path):
+    """A zygote imports what the task file it was started for uses; a second task file of
+    the same folder, with a sink of another kind, is scored by it all the same (its scorer
+    imports the rest)."""
+    from oracle import CallableAgent, load_tasks, run_trial
+    from oracle.scoring.pool import SealedScorer
+
+    (tmp_path / "tasks").mkdir()
+    (tmp_path / "tasks" / "task_fresh.py").write_text(FRESH)
+    (tmp_path / "tasks" / "task_notes.py").write_text(NOTES)
+    loaded = load_tasks([tmp_path / "tasks"])
+    fresh, notes = sorted(loaded.tasks, key=lambda t: t.name)
+    with ScorerPool() as pool:
+        scorer = SealedScorer(pool)
+        adds = CallableAgent(lambda sb: sb.sql("db", "INSERT INTO t VALUES (1)"), name="adds")
+        assert run_trial(fresh, adds, scorer=scorer).record.security_breached is True
+        (zygote,) = [z for _, z in pool._zygotes]
+        assert "oracle.fixtures.sqlite" in zygote.preloaded
+        assert "oracle.fixtures.folder" not in zygote.preloaded
+        writes = CallableAgent(lambda sb: sb.write_text("notes.txt", "n"), name="writes")
+        idle = CallableAgent(lambda sb: None, name="idle")
+        records = [run_trial(notes, a, scorer=scorer).record for a in (writes, idle)]
+        assert [r.security_breached for r in records] == [True, False], [
+            r.evaluation_errors for r in records
+        ]
+        assert [z for _, z in pool._zygotes] == [zygote]
+        assert all(r.scoring is not None and r.scoring.isolation == "bubblewrap" for r in records)
+
+
+HARNESS_WITH_SERVERS = """
+import json
+import sys
+from pathlib import Path
+
+# What a harness loads to provision sandboxes: the GitHub world's server, the SMTP server,
+# the PostgreSQL driver, SQLAlchemy.
+import oracle.fixtures.github.service
+import oracle.fixtures.postgres
+import oracle.proxies.smtp
+import oracle.sinks.pg_connect
+import sqlalchemy
+from oracle import load_tasks
+from oracle.scoring import preload
+from oracle.scoring.pool import ScorerPool
+from tests.scoring.test_pool import _zygote_maps, _zygote_preloaded
+
+(task,) = load_tasks([Path(sys.argv[1])]).tasks
+with ScorerPool() as pool:
+    scorer = pool.task_scorer(Path(task.origin), [])
+    scorer.warm()
+    maps = _zygote_maps(scorer.zygote)
+    print(json.dumps({
+        "preloaded": _zygote_preloaded(scorer.zygote),
+        "native": [n for n in ("sqlalchemy", "psycopg_binary", "_rust", "pydantic_core")
+                   if n in maps],
+        "everything": preload.modules(),
+        "unknown_file": preload.modules([Path(sys.argv[1]).with_name("task_other.py")]),
+    }))
+"""
+
+
+def test_a_zygote_leaves_out_what_the_harness_loaded_to_provision(tmp_path):
+    """A harness has loaded servers and drivers to provision its sandboxes; the zygote of a
+    SQLite task file imports what that file reaches, none of them. Without a task file
+    loaded here to start from, it would import every module of the layers loaded."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    (tmp_path / "task_fresh.py").write_text(FRESH)
+    out = subprocess.run(
+        [sys.executable, "-c", HARNESS_WITH_SERVERS, str(tmp_path / "task_fresh.py")],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    seen = json.loads(out.stdout)
+    preloaded = seen["preloaded"]
+    assert {"oracle", "oracle.authoring.task", "oracle.fixtures.sqlite"} <= set(preloaded)
+    servers = ("oracle.fixtures.github", "oracle.fixtures.postgres", "oracle.sinks.pg_connect")
+    assert [m for m in preloaded if m.startswith(servers)] == []
+    assert seen["native"] == ["pydantic_core"]
+    for fallback in (seen["everything"], seen["unknown_file"]):
+        assert {"oracle.fixtures.github.service", "oracle.sinks.pg_connect"} <= set(fallback)
+        assert set(preloaded) < set(fallback)
+
+
 def test_a_zygote_whose_scorer_is_judging_is_never_ended(tmp_path):
     with ScorerPool() as pool:
         busy = pool.task_scorer(TASK, [tmp_path / "a"])
@@ -133,16 +235,33 @@ def _zygote_maps(zygote) -> str:  # type: ignore[no-untyped-def]
     return Path(f"/proc/{min(workers)}/maps").read_text()  # the zygote starts first
 
 
+def _zygote_preloaded(zygote) -> list[str]:  # type: ignore[no-untyped-def]
+    """The modules `zygote`'s interpreter was asked to import before its first fork, read from
+    its environment."""
+    root = zygote._proc.pid
+    for p in [root, *_descendants(root)]:
+        argv = Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")
+        if b"oracle.scoring.worker" in argv and not argv[0].endswith(b"bwrap"):
+            for entry in Path(f"/proc/{p}/environ").read_bytes().split(b"\0"):
+                name, _, value = entry.decode().partition("=")
+                if name == "ORACLE_SCORER_PRELOAD":
+                    return value.split(",")
+    raise AssertionError("no scorer process found")
+
+
 def test_a_zygote_imports_the_authoring_surface_before_it_forks_scorers(tmp_path):
     """Task files import ``from oracle import Task, sqlite, …``, which the package resolves
-    lazily: the zygote loads what the harness loaded for them once, so a new task file's
+    lazily: the zygote loads what its task files use of it once, so a new task file's
     scorer does not (its first trial used to wait 0.6-0.9 s for those imports)."""
     with ScorerPool() as pool:
         zygote = pool.task_scorer(TASK, [tmp_path / "a"]).zygote
         pool.task_scorer(TASK, [tmp_path / "a"]).warm()
-        maps = _zygote_maps(zygote)
-        assert "sqlalchemy" in maps
-        assert "pydantic_core" in maps
+        preloaded = _zygote_preloaded(zygote)
+        assert preloaded == list(zygote.preloaded)
+        assert preloaded[0] == "oracle"
+        for module in ("oracle.authoring.task", "oracle.fixtures.sqlite", "oracle.sinks.sql_diff"):
+            assert module in preloaded
+        assert "pydantic_core" in _zygote_maps(zygote)
 
 
 SQLITE_ONLY = """
@@ -164,8 +283,9 @@ print("sqlalchemy" in maps, "_rust" in maps)
 
 
 def test_a_zygote_loads_only_what_the_harness_loaded_for_its_tasks(tmp_path):
-    """A harness whose task has only a SQLite sink: its zygote loads SQLAlchemy, and none of
-    what the other kinds of sink need (with everything, a zygote took 0.6 s to start)."""
+    """A harness whose task has only a SQLite sink: its zygote loads none of what the other
+    kinds of sink need (with everything, a zygote took 0.6 s to start), nor SQLAlchemy, which
+    reads a database and never evidence."""
     import subprocess
     import sys
 
@@ -179,4 +299,4 @@ def test_a_zygote_loads_only_what_the_harness_loaded_for_its_tasks(tmp_path):
         cwd=REPO,
         timeout=120,
     )
-    assert out.stdout.split() == ["True", "False"], out.stdout + out.stderr
+    assert out.stdout.split() == ["False", "False"], out.stdout + out.stderr
