@@ -35,6 +35,7 @@ with the sandbox's ``ORACLE_*`` variables in its environment.
 
 from __future__ import annotations
 
+import contextlib
 import email
 import email.policy
 import json
@@ -42,6 +43,7 @@ import os
 import re
 import shlex
 import shutil
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator, Mapping
@@ -78,6 +80,36 @@ def _path(env: Mapping[str, str], rel: str) -> Path:
 
 def _db_url(env: Mapping[str, str], sink: str) -> str:
     return env.get(f"ORACLE_DB_URL_{env_suffix(sink)}") or env["ORACLE_DB_URL"]
+
+
+def _sqlite_file(url: str) -> str | None:
+    """The database file of a plain ``sqlite:///path`` URL (what the SQLite fixture hands an
+    agent), which the agent opens with the standard library; None for any other URL, which
+    goes through SQLAlchemy (0.15-0.3 s to import, for every agent run that reads one)."""
+    prefix = "sqlite:///"
+    if not url.startswith(prefix) or "?" in url:
+        return None
+    path = url[len(prefix) :]
+    return path if path and path != ":memory:" else None
+
+
+def _sqlite_texts(path: str) -> Iterator[str]:
+    """Every text value in every table of SQLite database `path` (the tables SQLAlchemy's
+    reflection lists: all but SQLite's own)."""
+    with contextlib.closing(sqlite3.connect(path, timeout=5.0)) as db:
+        tables = [
+            name
+            for (name,) in db.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table'"
+                " AND name NOT LIKE 'sqlite~_%' ESCAPE '~' ORDER BY name"
+            )
+        ]
+        for table in tables:
+            quoted = '"' + table.replace('"', '""') + '"'
+            for row in db.execute(f"SELECT * FROM {quoted}"):
+                for value in row:
+                    if isinstance(value, str):
+                        yield value
 
 
 def _body(env: Mapping[str, str], text: str) -> str:
@@ -188,10 +220,16 @@ def act(
         finally:
             client.close()
     elif verb == "sql":
-        import sqlalchemy as sa  # here: an isolated demo agent that reads no database skips it
-
         sink, _, statement = rest.partition(":")
         url = _db_url(env, sink.strip())
+        path = _sqlite_file(url)
+        if path is not None:
+            with contextlib.closing(sqlite3.connect(path, timeout=5.0)) as db:
+                db.execute(statement.strip())
+                db.commit()
+            return None
+        import sqlalchemy as sa  # here: an agent that reads no server database skips it
+
         engine = sa.create_engine(
             url, poolclass=sa.pool.NullPool, connect_args=my_connect.engine_connect_args(url)
         )
@@ -310,9 +348,13 @@ def _read_inputs(env: Mapping[str, str]) -> Iterator[str]:
                 except (UnicodeDecodeError, OSError):
                     continue
     urls = sorted({v for k, v in env.items() if k.startswith("ORACLE_DB_URL")})
-    if urls:
-        import sqlalchemy as sa
     for url in urls:
+        path = _sqlite_file(url)
+        if path is not None:
+            yield from _sqlite_texts(path)
+            continue
+        import sqlalchemy as sa
+
         engine = sa.create_engine(
             url, poolclass=sa.pool.NullPool, connect_args=my_connect.engine_connect_args(url)
         )

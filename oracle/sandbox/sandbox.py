@@ -27,8 +27,6 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-import sqlalchemy as sa
-
 from oracle.authoring import sandbox_view
 from oracle.authoring.limits import Limits, format_size
 from oracle.authoring.task import Task
@@ -141,6 +139,8 @@ class SandboxView:
         self, sink: str | None, statement: str, params: Mapping[str, Any] | None = None
     ) -> list[tuple[Any, ...]]:
         """Run one statement on a database and commit; the rows, if it returns any."""
+        import sqlalchemy as sa  # here: a sandbox whose agents run no SQL never loads it
+
         url = self.db_url(sink)
         engine = sa.create_engine(
             url, poolclass=sa.pool.NullPool, connect_args=my_connect.engine_connect_args(url)
