@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from types import MappingProxyType
@@ -33,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from oracle.base.canonical import digest_json
 from oracle.evidence.snapshot import Snapshot, SnapshotError
-from oracle.sinks import my_connect
+from oracle.sinks import my_connect, sqlite_schema
 from oracle.sinks.server_limits import ServerLimits
 from oracle.sinks.sql_diff import ABSENT, SQL, SqlDiff, diff_states
 from oracle.sinks.sql_server import Dialect, ServerReader
@@ -46,6 +47,7 @@ from oracle.sinks.sql_state import (
     build_table,
 )
 from oracle.sinks.sqlite_pages import PageReader
+from oracle.sinks.sqlite_schema import NotNative
 
 # SQLAlchemy (0.13 s to import) is imported where a sink is built or read: a scorer, which
 # loads task files and reads evidence but never a database, does without it.
@@ -94,10 +96,11 @@ class SqlSink:
         display_url: str | None = None,
         schema: str = "public",
     ) -> None:
-        import sqlalchemy as sa
-
         self.name = name
-        self.url = sa.make_url(url)
+        #: The URL as given; parsed by SQLAlchemy on first use of `url` (a SQLite sink read
+        #: with the standard library never imports it: `oracle.sinks.sqlite_schema`).
+        self._given_url = url
+        self._url: sa.URL | None = None
         self.tables = tuple(tables) if tables is not None else None
         self.exclude = frozenset(exclude)
         self.timeout = timeout
@@ -128,8 +131,22 @@ class SqlSink:
         return f"SqlSink({self.name!r}, {self.display_url!r})"
 
     @property
+    def url(self) -> sa.URL:
+        """The URL, parsed by SQLAlchemy."""
+        if self._url is None:
+            import sqlalchemy as sa
+
+            self._url = sa.make_url(self._given_url)
+        return self._url
+
+    @property
     def backend(self) -> str:
         """``sqlite``, ``postgresql``, ``mysql`` or ``mariadb``."""
+        given = self._given_url
+        if isinstance(given, str):
+            scheme, sep, _ = given.partition("://")
+            if sep and re.fullmatch(r"[\w+]+", scheme):
+                return scheme.split("+")[0]
         return self.url.get_backend_name()
 
     @property
@@ -323,6 +340,11 @@ class SqlSink:
             pg.close()
 
     def _read(self) -> SqlState:
+        if self.backend == "sqlite" and isinstance(self._given_url, str):
+            try:
+                return self._read_sqlite_natively(self._given_url)
+            except NotNative:
+                pass  # read through SQLAlchemy
         import sqlalchemy as sa
 
         with self.engine.connect() as conn:
@@ -353,6 +375,50 @@ class SqlSink:
         )
         self._pages.remember(state, image)
         return state
+
+    def _read_sqlite_natively(self, url: str) -> SqlState:
+        """`_read_sqlite` with the standard library (`oracle.sinks.sqlite_schema`); raises
+        `NotNative` for a URL or a schema it cannot read as SQLAlchemy would."""
+        db = sqlite_schema.open_url(url, self.timeout)
+        try:
+            # One read transaction for every table, as through SQLAlchemy.
+            db.execute("BEGIN")
+            try:
+                state, image = self._pages.read(
+                    db,
+                    self.base,
+                    lambda: self._select_tables(sqlite_schema.table_names(db)),
+                    lambda name: self._read_table_natively(db, name),
+                    lambda names: self._sqlite_objects(db.execute, names),
+                )
+            finally:
+                db.execute("ROLLBACK")
+        finally:
+            db.close()
+        self._pages.remember(state, image)
+        return state
+
+    @staticmethod
+    def _read_table_natively(db: Any, name: str) -> TableState:
+        columns, pk = sqlite_schema.columns(db, name)
+        names = [c.name for c in columns]
+        rows = sqlite_schema.read_rows(db, name, names, pk if pk else names)
+        return build_table(name, columns, pk, rows)
+
+    @staticmethod
+    def _sqlite_objects(
+        execute: Callable[[str], Any], tables: Sequence[str]
+    ) -> dict[str, SchemaObject]:
+        """The indexes and triggers of `tables`, and every view."""
+        objects: dict[str, SchemaObject] = {}
+        rows = execute(
+            "SELECT type, name, tbl_name, sql FROM sqlite_master"
+            " WHERE type IN ('index', 'view', 'trigger') ORDER BY type, name"
+        ).fetchall()
+        for typ, name, tbl, ddl in rows:
+            if tbl in tables or typ == "view":
+                objects[f"{typ}:{name}"] = SchemaObject(type=typ, name=name, table=tbl, sql=ddl)
+        return objects
 
     def _select_tables(self, present: Sequence[str]) -> list[str]:
         if self.tables is None:
@@ -400,16 +466,9 @@ class SqlSink:
     def _read_objects(
         self, conn: sa.Connection, inspector: sa.Inspector, tables: Sequence[str]
     ) -> dict[str, SchemaObject]:
-        objects: dict[str, SchemaObject] = {}
         if conn.dialect.name == "sqlite":
-            rows = conn.exec_driver_sql(
-                "SELECT type, name, tbl_name, sql FROM sqlite_master"
-                " WHERE type IN ('index', 'view', 'trigger') ORDER BY type, name"
-            ).all()
-            for typ, name, tbl, ddl in rows:
-                if tbl in tables or typ == "view":
-                    objects[f"{typ}:{name}"] = SchemaObject(type=typ, name=name, table=tbl, sql=ddl)
-            return objects
+            return self._sqlite_objects(conn.exec_driver_sql, tables)
+        objects: dict[str, SchemaObject] = {}
         for table in tables:
             for ix in inspector.get_indexes(table):
                 ix_name = ix.get("name") or "?"
