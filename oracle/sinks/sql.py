@@ -11,7 +11,9 @@ snapshot asks for per-chunk digests and fetches rows only for chunks that differ
 sink's previous snapshot, so its cost grows with the changes rather than with the tables.
 On SQLite a snapshot compares the database's pages with those of the sink's previous snapshot
 and reads only the rows on pages that changed (`oracle.sinks.sqlite_pages`); `fallback` says
-why one read everything instead.
+why one read everything instead. It opens the file and reflects the schema with the standard
+library, as SQLAlchemy would (`oracle.sinks.sqlite_schema`), and through SQLAlchemy where that
+module is not sure.
 
 Example::
 
