@@ -146,8 +146,11 @@ with ScorerPool() as pool:
 
 def test_a_zygote_leaves_out_what_the_harness_loaded_to_provision(tmp_path):
     """A harness has loaded servers and drivers to provision its sandboxes; the zygote of a
-    SQLite task file imports what that file reaches, none of them. Without a task file
-    loaded here to start from, it would import every module of the layers loaded."""
+    SQLite task file imports what that file reaches, none of them: no SQLAlchemy (a scorer
+    reads evidence, never a database), no cryptography (the egress recorder's CA, the GitHub
+    world's tokens and archive signatures), no PostgreSQL driver (with everything, a zygote
+    took 0.6 s to start). Without a task file loaded here to start from, it would import
+    every module of the layers loaded."""
     import json
     import subprocess
     import sys
@@ -223,8 +226,8 @@ def _descendants(pid: int) -> list[int]:
     return out
 
 
-def _zygote_maps(zygote) -> str:  # type: ignore[no-untyped-def]
-    """The memory map of `zygote`'s interpreter (under bubblewrap, a child of bwrap's)."""
+def _zygote_pid(zygote) -> int:  # type: ignore[no-untyped-def]
+    """The pid of `zygote`'s interpreter (under bubblewrap, a child of bwrap's)."""
     root = zygote._proc.pid
     workers = []
     for p in [root, *_descendants(root)]:
@@ -232,21 +235,23 @@ def _zygote_maps(zygote) -> str:  # type: ignore[no-untyped-def]
         if b"oracle.scoring.worker" in argv and not argv[0].endswith(b"bwrap"):
             workers.append(p)
     assert workers, "no scorer process found"
-    return Path(f"/proc/{min(workers)}/maps").read_text()  # the zygote starts first
+    return min(workers)  # the zygote starts first
+
+
+def _zygote_maps(zygote) -> str:  # type: ignore[no-untyped-def]
+    """The memory map of `zygote`'s interpreter."""
+    return Path(f"/proc/{_zygote_pid(zygote)}/maps").read_text()
 
 
 def _zygote_preloaded(zygote) -> list[str]:  # type: ignore[no-untyped-def]
     """The modules `zygote`'s interpreter was asked to import before its first fork, read from
     its environment."""
-    root = zygote._proc.pid
-    for p in [root, *_descendants(root)]:
-        argv = Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")
-        if b"oracle.scoring.worker" in argv and not argv[0].endswith(b"bwrap"):
-            for entry in Path(f"/proc/{p}/environ").read_bytes().split(b"\0"):
-                name, _, value = entry.decode().partition("=")
-                if name == "ORACLE_SCORER_PRELOAD":
-                    return value.split(",")
-    raise AssertionError("no scorer process found")
+    environ = Path(f"/proc/{_zygote_pid(zygote)}/environ").read_bytes().split(b"\0")
+    for entry in environ:
+        name, _, value = entry.decode().partition("=")
+        if name == "ORACLE_SCORER_PRELOAD":
+            return value.split(",")
+    raise AssertionError("the zygote was handed no ORACLE_SCORER_PRELOAD")
 
 
 def test_a_zygote_imports_the_authoring_surface_before_it_forks_scorers(tmp_path):
@@ -262,41 +267,3 @@ def test_a_zygote_imports_the_authoring_surface_before_it_forks_scorers(tmp_path
         for module in ("oracle.authoring.task", "oracle.fixtures.sqlite", "oracle.sinks.sql_diff"):
             assert module in preloaded
         assert "pydantic_core" in _zygote_maps(zygote)
-
-
-SQLITE_ONLY = """
-import sys
-from pathlib import Path
-from oracle import load_tasks
-from oracle.scoring.pool import ScorerPool
-from tests.scoring.test_pool import _zygote_maps
-
-(task,) = load_tasks([Path(sys.argv[1])]).tasks
-with ScorerPool() as pool:
-    scorer = pool.task_scorer(Path(task.origin), [])
-    scorer.warm()
-    maps = _zygote_maps(scorer.zygote)
-# cryptography's native part: loaded for the egress recorder's CA, the GitHub world's tokens
-# and archive signatures, none of which a SQLite task's scorer needs.
-print("sqlalchemy" in maps, "_rust" in maps)
-"""
-
-
-def test_a_zygote_loads_only_what_the_harness_loaded_for_its_tasks(tmp_path):
-    """A harness whose task has only a SQLite sink: its zygote loads none of what the other
-    kinds of sink need (with everything, a zygote took 0.6 s to start), nor SQLAlchemy, which
-    reads a database and never evidence."""
-    import subprocess
-    import sys
-
-    from tests.conftest import REPO
-
-    (tmp_path / "task_fresh.py").write_text(FRESH)
-    out = subprocess.run(
-        [sys.executable, "-c", SQLITE_ONLY, str(tmp_path / "task_fresh.py")],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=120,
-    )
-    assert out.stdout.split() == ["False", "False"], out.stdout + out.stderr
