@@ -187,3 +187,23 @@ def test_reading_an_archived_change_loads_the_built_in_change_types():
     )
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == [False, True, True]
+
+
+def test_an_archived_change_of_a_known_kind_loads_that_kind_alone():
+    """`oracle show` and the viewer pass the sink's kind: a SQL change loads the SQL sink's
+    types, not the mail, GitHub or egress modules (and their SMTP server, 0.1 s)."""
+    out = fresh(
+        """
+        import json, sys
+        import oracle
+        from oracle.evidence.change import change_from_json
+        raw = {"change": "row_removed", "table": "orders", "key": [11], "row": {"id": 11}}
+        change = change_from_json(raw, "sql")
+        others = ["oracle.sinks.mail", "oracle.sinks.github.attribution", "oracle.proxies.smtp"]
+        print(json.dumps([change.summary(), [m for m in others if m in sys.modules]]))
+        """
+    )
+    assert out.returncode == 0, out.stderr
+    summary, loaded = json.loads(out.stdout)
+    assert "orders" in summary and "11" in summary
+    assert loaded == []

@@ -243,9 +243,10 @@ def explain_panel(run: ControlRun) -> Panel:
 
 def _change_lines(diff: dict[str, Any]) -> list[str]:
     lines = []
+    kind = diff.get("kind")
     for raw in diff.get("changes", []):
         try:
-            change = change_from_json(raw)
+            change = change_from_json(raw, kind if isinstance(kind, str) else None)
         except ValueError:  # written by another version: show it as it is
             change = None
         if change is None:

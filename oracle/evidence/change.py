@@ -159,10 +159,15 @@ class Change(ReadOnlyModel):
         return [self.target()]
 
 
-def change_from_json(raw: Mapping[str, Any]) -> Change | None:
+def change_from_json(raw: Mapping[str, Any], kind: str | None = None) -> Change | None:
     """The typed change for one archived change, or None if its type is not loaded (for
-    showing an archive; rebuilding evidence uses `sink_diff_from_json`, which refuses it)."""
+    showing an archive; rebuilding evidence uses `sink_diff_from_json`, which refuses it).
+    `kind`, the kind of the sink it came from where known, is looked up first: its module
+    alone is imported, where every kind's would be (0.1 s for `oracle show`)."""
     cls = _CHANGE_TYPES.get(str(raw.get("change")))
+    if cls is None and kind:
+        declare_kind(kind)
+        cls = _CHANGE_TYPES.get(str(raw.get("change")))
     if cls is None:
         declare_pending()
         cls = _CHANGE_TYPES.get(str(raw.get("change")))

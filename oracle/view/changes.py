@@ -78,11 +78,11 @@ def diff_lines(diff: str) -> list[tuple[str, str]]:
     return out
 
 
-def _summary(raw: dict[str, Any]) -> str | None:
+def _summary(raw: dict[str, Any], kind: str | None = None) -> str | None:
     """The change's own one-line summary; None when it does not parse as a known change (a
     record from another version, or one edited and then signed again)."""
     try:
-        change = change_from_json(raw)
+        change = change_from_json(raw, kind)
         return None if change is None else change.summary()
     except Exception:
         return None
@@ -252,11 +252,12 @@ _BUILDERS = {
 }
 
 
-def change_view(raw: Any) -> ChangeView:
-    """One archived change as a template shows it (a malformed one, whole as JSON)."""
+def change_view(raw: Any, kind: str | None = None) -> ChangeView:
+    """One archived change, from a sink of `kind` where known, as a template shows it (a
+    malformed one, whole as JSON)."""
     if not isinstance(raw, dict):
         return ChangeView("generic", "malformed change", {"json": text(raw)})
-    summary = _summary(raw)
+    summary = _summary(raw, kind)
     built = _BUILDERS.get(str(raw.get("change")))
     if built is not None and summary is not None:
         template, build = built
@@ -276,5 +277,8 @@ def sink_views(diff: dict[str, Any]) -> list[SinkView]:
         d = d if isinstance(d, dict) else {}
         got = d.get("changes")
         changes: list[Any] = got if isinstance(got, list) else []
-        out.append(SinkView(name, str(d.get("kind", "?")), [change_view(c) for c in changes]))
+        kind = d.get("kind")
+        known = kind if isinstance(kind, str) else None
+        views = [change_view(c, known) for c in changes]
+        out.append(SinkView(name, str(d.get("kind", "?")), views))
     return out
