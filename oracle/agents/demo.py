@@ -43,7 +43,6 @@ import os
 import re
 import shlex
 import shutil
-import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator, Mapping
@@ -55,7 +54,8 @@ from oracle.authoring.sandbox_view import SandboxView
 from oracle.base.envnames import env_suffix
 from oracle.base.globs import check_relative
 from oracle.sandbox import clients
-from oracle.sinks import my_connect
+from oracle.sinks import my_connect, sqlite_schema
+from oracle.sinks.sqlite_schema import NotNative
 
 RUNBOOK_LINE = re.compile(r"^\s*RUN\s+(\w+)(?::|\s)\s*(.*)$", re.MULTILINE)
 SENDER = "assistant@shop.test"
@@ -82,34 +82,56 @@ def _db_url(env: Mapping[str, str], sink: str) -> str:
     return env.get(f"ORACLE_DB_URL_{env_suffix(sink)}") or env["ORACLE_DB_URL"]
 
 
-def _sqlite_file(url: str) -> str | None:
-    """The database file of a plain ``sqlite:///path`` URL (what the SQLite fixture hands an
-    agent), which the agent opens with the standard library; None for any other URL, which
-    goes through SQLAlchemy (0.15-0.3 s to import, for every agent run that reads one)."""
-    prefix = "sqlite:///"
-    if not url.startswith(prefix) or "?" in url:
-        return None
-    path = url[len(prefix) :]
-    return path if path and path != ":memory:" else None
+def _run_sql(url: str, statement: str) -> None:
+    """Run one statement on the database of `url` and commit. A SQLite URL of the fixture's
+    form is opened with the standard library; any other goes through SQLAlchemy (0.15-0.3 s
+    to import, for every agent run)."""
+    try:
+        db = sqlite_schema.open_url(url, timeout=5.0)  # in autocommit mode
+    except NotNative:
+        pass
+    else:
+        with contextlib.closing(db):
+            db.execute(statement)
+        return
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(
+        url, poolclass=sa.pool.NullPool, connect_args=my_connect.engine_connect_args(url)
+    )
+    try:
+        with engine.begin() as conn:
+            conn.exec_driver_sql(statement)
+    finally:
+        engine.dispose()
 
 
-def _sqlite_texts(path: str) -> Iterator[str]:
-    """Every text value in every table of SQLite database `path` (the tables SQLAlchemy's
-    reflection lists: all but SQLite's own)."""
-    with contextlib.closing(sqlite3.connect(path, timeout=5.0)) as db:
-        tables = [
-            name
-            for (name,) in db.execute(
-                "SELECT name FROM sqlite_master WHERE type = 'table'"
-                " AND name NOT LIKE 'sqlite~_%' ESCAPE '~' ORDER BY name"
-            )
-        ]
-        for table in tables:
-            quoted = '"' + table.replace('"', '""') + '"'
-            for row in db.execute(f"SELECT * FROM {quoted}"):
-                for value in row:
-                    if isinstance(value, str):
-                        yield value
+def _database_texts(url: str) -> Iterator[str]:
+    """Every text value in every table of the database of `url` (the tables SQLAlchemy's
+    reflection lists), opened as `_run_sql` opens it."""
+    try:
+        db = sqlite_schema.open_url(url, timeout=5.0)
+    except NotNative:
+        pass
+    else:
+        with contextlib.closing(db):
+            for table in sqlite_schema.table_names(db):
+                for row in db.execute(f"SELECT * FROM {sqlite_schema.quote(table)}"):
+                    yield from (v for v in row if isinstance(v, str))
+        return
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(
+        url, poolclass=sa.pool.NullPool, connect_args=my_connect.engine_connect_args(url)
+    )
+    try:
+        with engine.connect() as conn:
+            for table in sa.inspect(conn).get_table_names():
+                q = conn.dialect.identifier_preparer.quote(table)
+                for row in conn.exec_driver_sql(f"SELECT * FROM {q}"):
+                    yield from (v for v in row if isinstance(v, str))
+    finally:
+        engine.dispose()
 
 
 def _body(env: Mapping[str, str], text: str) -> str:
@@ -221,23 +243,7 @@ def act(
             client.close()
     elif verb == "sql":
         sink, _, statement = rest.partition(":")
-        url = _db_url(env, sink.strip())
-        path = _sqlite_file(url)
-        if path is not None:
-            with contextlib.closing(sqlite3.connect(path, timeout=5.0)) as db:
-                db.execute(statement.strip())
-                db.commit()
-            return None
-        import sqlalchemy as sa  # here: an agent that reads no server database skips it
-
-        engine = sa.create_engine(
-            url, poolclass=sa.pool.NullPool, connect_args=my_connect.engine_connect_args(url)
-        )
-        try:
-            with engine.begin() as conn:
-                conn.exec_driver_sql(statement.strip())
-        finally:
-            engine.dispose()
+        _run_sql(_db_url(env, sink.strip()), statement.strip())
     elif verb in ("write", "append"):
         rel, _, text = rest.partition(":")
         p = _path(env, rel)
@@ -347,27 +353,8 @@ def _read_inputs(env: Mapping[str, str]) -> Iterator[str]:
                     yield p.read_text(encoding="utf-8")
                 except (UnicodeDecodeError, OSError):
                     continue
-    urls = sorted({v for k, v in env.items() if k.startswith("ORACLE_DB_URL")})
-    for url in urls:
-        path = _sqlite_file(url)
-        if path is not None:
-            yield from _sqlite_texts(path)
-            continue
-        import sqlalchemy as sa
-
-        engine = sa.create_engine(
-            url, poolclass=sa.pool.NullPool, connect_args=my_connect.engine_connect_args(url)
-        )
-        try:
-            with engine.connect() as conn:
-                for table in sa.inspect(conn).get_table_names():
-                    q = conn.dialect.identifier_preparer.quote(table)
-                    for row in conn.exec_driver_sql(f"SELECT * FROM {q}"):
-                        for value in row:
-                            if isinstance(value, str):
-                                yield value
-        finally:
-            engine.dispose()
+    for url in sorted({v for k, v in env.items() if k.startswith("ORACLE_DB_URL")}):
+        yield from _database_texts(url)
     for _, msg in _inbox(env):
         yield f"{msg.get('subject', '')}\n{_text_of(msg)}"
     for url in sorted({v for k, v in env.items() if k.startswith("ORACLE_REDIS_URL")}):

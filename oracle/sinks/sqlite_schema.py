@@ -20,8 +20,12 @@ from __future__ import annotations
 import re
 import sqlite3
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from oracle.sinks.sql_state import ColumnInfo
+# The evidence models (pydantic) load when columns are reflected: an agent that only opens
+# a database through `open_url` does without them.
+if TYPE_CHECKING:
+    from oracle.sinks.sql_state import ColumnInfo
 
 
 class NotNative(Exception):
@@ -109,6 +113,8 @@ def quote(name: str) -> str:
 
 def columns(db: sqlite3.Connection, table: str) -> tuple[tuple[ColumnInfo, ...], tuple[str, ...]]:
     """The columns of `table` and its primary key (``get_columns``, ``get_pk_constraint``)."""
+    from oracle.sinks.sql_state import ColumnInfo
+
     if sqlite3.sqlite_version_info < (3, 31):
         raise NotNative("SQLite before 3.31 has no table_xinfo")
     rows: list[tuple[object, ...]] = []

@@ -148,6 +148,7 @@ import sys
 from oracle.agents.demo import main
 code = main(["obedient"])
 print("sqlalchemy loaded:", "sqlalchemy" in sys.modules)
+print("pydantic loaded:", "pydantic" in sys.modules)
 sys.exit(code)
 """
 
@@ -176,5 +177,6 @@ def test_the_obedient_program_runs_a_sql_line_it_reads_without_sqlalchemy(tmp_pa
     assert out.returncode == 0, out.stderr
     assert "ran: sql db: UPDATE t SET x = 'done'" in out.stdout
     assert "sqlalchemy loaded: False" in out.stdout
+    assert "pydantic loaded: False" in out.stdout  # nor the evidence models
     with sqlite3.connect(path) as db:
         assert db.execute("SELECT x FROM t ORDER BY rowid").fetchall() == [("done",), ("done",)]
