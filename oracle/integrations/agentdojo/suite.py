@@ -455,11 +455,12 @@ def from_environment(
     (comma-separated; all by default) of ``ORACLE_AGENTDOJO_VERSION``. With
     ``ORACLE_AGENTDOJO_SAMPLE=N``, only the first N user tasks × first N injection tasks of each
     suite (a quick, representative subset)."""
+    # The sample size first: refusing it needs no suite, and listing suites imports AgentDojo.
+    n_raw = sample or os.environ.get("ORACLE_AGENTDOJO_SAMPLE")
+    n = _sample_size(n_raw) if n_raw else None
     version = version or os.environ.get("ORACLE_AGENTDOJO_VERSION") or DEFAULT_VERSION
     chosen = suites or os.environ.get("ORACLE_AGENTDOJO_SUITES") or ""
     names = [s.strip() for s in chosen.split(",") if s.strip()] or suite_names(version)
-    n_raw = sample or os.environ.get("ORACLE_AGENTDOJO_SAMPLE")
-    n = _sample_size(n_raw) if n_raw else None
     tasks: list[Task] = []
     for name in names:
         suite = get_suite(name, version)
