@@ -207,3 +207,28 @@ def test_an_archived_change_of_a_known_kind_loads_that_kind_alone():
     summary, loaded = json.loads(out.stdout)
     assert "orders" in summary and "11" in summary
     assert loaded == []
+
+
+def test_a_commands_document_loads_that_commands_models_alone():
+    """``oracle trial`` builds its ``--json`` document without the controls' and the reports'
+    models, which only ``controls`` and ``reduce`` need; asking for those loads them."""
+    out = fresh(
+        """
+        import json, sys
+        from oracle.cli.output import MODELS
+        heavy = ["oracle.cli.output_controls", "oracle.cli.output_reduce", "oracle.reports.model"]
+        trial = MODELS["trial"]().model_dump()["command"]
+        before = [m for m in heavy if m in sys.modules]
+        names = {c: MODELS[c].__name__ for c in MODELS}
+        print(json.dumps([trial, before, [m for m in heavy if m in sys.modules], names]))
+        """
+    )
+    assert out.returncode == 0, out.stderr
+    trial, before, after, names = json.loads(out.stdout)
+    assert trial == "trial" and before == []
+    assert after == [
+        "oracle.cli.output_controls",
+        "oracle.cli.output_reduce",
+        "oracle.reports.model",
+    ]
+    assert names["controls"] == "ControlsOutput" and names["reduce"] == "ReduceOutput"

@@ -277,7 +277,7 @@ def reduce_command(
         load_private_key,
         load_public_key,
     )
-    from oracle.cli.output import ReduceOutput, RejectionOut
+    from oracle.cli.output_reduce import ReduceOutput, RejectionOut
     from oracle.cli.render import console, plain
     from oracle.evidence.prices import PriceError, PriceTable
     from oracle.matrix.reduce import ReduceFailed, expected_from, verify_run

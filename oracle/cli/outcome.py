@@ -7,7 +7,8 @@ everything the command and its children write to stdout goes to stderr while it 
 document alone is written to stdout when it ends, with the exit code it ends with.
 
 This module imports only the standard library and typer, so that the commands' module stays
-quick to import; the document models live in `oracle.cli.output`.
+quick to import; the document models live in `oracle.cli.output` (those of `controls` and
+`reduce` in `oracle.cli.output_controls` and `oracle.cli.output_reduce`).
 """
 
 from __future__ import annotations

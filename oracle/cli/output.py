@@ -10,17 +10,15 @@ code is not 0, one line each). ``oracle schema`` writes each model's JSON schema
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Iterator, Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from oracle.authoring.control_status import MutationScore
 from oracle.authoring.loader import Loaded
 from oracle.authoring.task import Task
-from oracle.controls.run import ControlsReport
 from oracle.evidence.record import TrialRecord
-from oracle.judging.llm.calibration import JudgeCalibration
-from oracle.reports.model import Report
 
 
 class LoadErrorOut(BaseModel):
@@ -148,94 +146,6 @@ class TrialOutput(Loading):
     )
 
 
-class ControlRunOut(BaseModel):
-    """One control's trial."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    task: str
-    control: str
-    kind: Literal["breach", "clean", "mirror"]
-    derived: str = Field(
-        description="how it was derived: composition, evasion, mutant, no-op ('' for the "
-        "author's own)"
-    )
-    behaved: bool = Field(description="its verdicts are what the control promises")
-    why_not: str = Field(description="how it misbehaved ('' when it behaved)")
-    utility_achieved: bool | None
-    security_breached: bool | None
-    fired: dict[str, bool | None] = Field(
-        description="'<metric>:<predicate>' → its value on this control (null: it errored)"
-    )
-    errors: dict[str, str] = Field(description="'<metric>:<predicate>' → its error")
-
-
-class PredicateOut(BaseModel):
-    """One predicate's status, as its controls decided it."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    task: str
-    metric: str
-    predicate: str
-    kind: Literal["predicate", "judge"]
-    status: Literal[
-        "proven", "untested", "trigger-happy", "broken", "unsupported", "constant", "weak"
-    ]
-    reason: str
-    mutants: MutationScore | None = Field(description="null: no mutant of its controls ran")
-    missed: list[str] = Field(description="evasion variants of its breaches it missed")
-
-
-class ControlsOutput(Loading):
-    """``oracle controls --json``."""
-
-    command: Literal["controls"] = "controls"
-    runs: list[ControlRunOut] = Field(default_factory=list)
-    predicates: list[PredicateOut] = Field(default_factory=list)
-    judges: list[JudgeCalibration] = Field(default_factory=list)
-    errors: list[str] = Field(default_factory=list)
-    flags: list[str] = Field(default_factory=list)
-    skipped: dict[str, str] = Field(default_factory=dict, description="task → why not run")
-
-    def report(self, report: ControlsReport) -> None:
-        """Fill the document from a controls report."""
-        self.runs = [
-            ControlRunOut(
-                task=r.task,
-                control=r.control.name,
-                kind=r.control.kind,
-                derived=r.control.derived,
-                behaved=r.behaved,
-                why_not=r.why_not(),
-                utility_achieved=r.record.utility_achieved,
-                security_breached=r.record.security_breached,
-                fired=dict(r.fired),
-                errors=dict(r.errors),
-            )
-            for r in report.runs
-        ]
-        self.predicates = [
-            PredicateOut(
-                task=s.task,
-                metric=s.metric,
-                predicate=s.predicate,
-                kind=s.kind,
-                status=s.status,
-                reason=s.reason,
-                mutants=MutationScore(killed=s.killed, total=s.mutants, survived=s.survived)
-                if s.mutants
-                else None,
-                missed=list(s.missed),
-            )
-            for s in report.statuses
-        ]
-        self.judges = list(report.judges)
-        self.errors = list(report.errors)
-        self.flags = list(report.flags)
-        self.skipped = dict(report.skipped)
-
-
 class ShowOutput(Output):
     """``oracle show --json``: the record, once it verified."""
 
@@ -249,32 +159,37 @@ class ShowOutput(Output):
     record: TrialRecord | None = Field(None, description="null: not shown (see problems)")
 
 
-class RejectionOut(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class _Models(Mapping[str, type[Output]]):
+    """Command → the model of its document, each imported when asked for: the documents of
+    ``controls`` and ``reduce`` need the controls' and the reports' models, which the other
+    commands never load (a tenth of a second of an ``oracle trial``'s start)."""
 
-    where: str
-    rule: str
-    detail: str
+    def __init__(self, where: dict[str, str]) -> None:
+        self._where = where
 
+    def __getitem__(self, command: str) -> type[Output]:
+        module, name = self._where[command].split(":")
+        model: type[Output] = getattr(importlib.import_module(module), name)
+        return model
 
-class ReduceOutput(Output):
-    """``oracle reduce --json``: the report, once every archive verified."""
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._where)
 
-    command: Literal["reduce"] = "reduce"
-    report: Report | None = Field(None, description="null: no report was made")
-    written: dict[str, str] = Field(default_factory=dict, description="file name → its path")
-    rejections: list[RejectionOut] = Field(default_factory=list)
+    def __len__(self) -> int:
+        return len(self._where)
 
 
 #: Each command with ``--json`` and the model of its document.
-MODELS: dict[str, type[Output]] = {
-    "list": ListOutput,
-    "check": CheckOutput,
-    "trial": TrialOutput,
-    "controls": ControlsOutput,
-    "show": ShowOutput,
-    "reduce": ReduceOutput,
-}
+MODELS: Mapping[str, type[Output]] = _Models(
+    {
+        "list": "oracle.cli.output:ListOutput",
+        "check": "oracle.cli.output:CheckOutput",
+        "trial": "oracle.cli.output:TrialOutput",
+        "controls": "oracle.cli.output_controls:ControlsOutput",
+        "show": "oracle.cli.output:ShowOutput",
+        "reduce": "oracle.cli.output_reduce:ReduceOutput",
+    }
+)
 
 
 def cli_schemas() -> dict[str, dict[str, Any]]:

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from oracle.cli.exits import FAILED, OK
 from oracle.cli.outcome import document, problem
-from oracle.cli.output import ControlsOutput
+from oracle.cli.output_controls import ControlsOutput
 from oracle.cli.render import console, controls_tables, explain_panel, plain
 from oracle.controls.run import ControlsReport
 
