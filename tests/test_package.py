@@ -232,3 +232,27 @@ def test_a_commands_document_loads_that_commands_models_alone():
         "oracle.reports.model",
     ]
     assert names["controls"] == "ControlsOutput" and names["reduce"] == "ReduceOutput"
+
+
+def test_what_oracle_trial_imports_to_start_leaves_the_controls_and_the_matrix_out():
+    """The tables, the loading of task files and the agents' names (what every ``oracle
+    trial`` imports) need only the types of the controls' report and a regular expression of
+    the matrix: neither loads the controls' runner nor the matrix's models."""
+    out = fresh(
+        """
+        import json, sys
+        import oracle.cli.app, oracle.cli.render, oracle.cli.loading, oracle.agents.alias
+        from oracle.agents.alias import aliased
+        heavy = ["oracle.controls.run", "oracle.matrix.spec", "oracle.reports.model"]
+        before = [m for m in heavy if m in sys.modules]
+        try:
+            aliased([], ["bad name"])
+        except Exception as exc:
+            refused = str(exc)
+        print(json.dumps([before, "oracle.matrix.spec" in sys.modules, refused]))
+        """
+    )
+    assert out.returncode == 0, out.stderr
+    before, spec_loaded, refused = json.loads(out.stdout)
+    assert before == []
+    assert spec_loaded and "--name" in refused

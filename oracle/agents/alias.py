@@ -12,7 +12,6 @@ from collections.abc import Sequence
 
 from oracle.authoring.sandbox_view import SandboxView
 from oracle.base.errors import UsageError
-from oracle.matrix.spec import NAME
 from oracle.trial.agent import Agent, RunRecord
 
 
@@ -40,6 +39,8 @@ def aliased(agents: Sequence[Agent], names: Sequence[str]) -> list[Agent]:
     agents."""
     if not names:
         return list(agents)
+    from oracle.matrix.spec import NAME  # the matrix's models, loaded only when names are given
+
     specs = ", ".join(repr(a.name) for a in agents) or "none"
     if len(names) != len(agents):
         given = ", ".join(repr(n) for n in names)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console, Group
 from rich.markup import escape
@@ -12,11 +12,13 @@ from rich.table import Table
 from rich.text import Text
 
 import oracle.sinks  # noqa: F401  (registers the change types of the built-in sinks)
-from oracle.controls.run import ControlRun, ControlsReport, PredicateStatus
 from oracle.evidence.diff import change_from_json
 from oracle.evidence.record import TrialRecord
 from oracle.evidence.usage import ModelCall
 from oracle.reports.aggregate import summarize
+
+if TYPE_CHECKING:
+    from oracle.controls.run import ControlRun, ControlsReport, PredicateStatus
 
 
 def verdict_text(value: bool | None, *, good: bool | None = None) -> Text:
