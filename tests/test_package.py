@@ -215,11 +215,11 @@ def test_a_commands_document_loads_that_commands_models_alone():
     out = fresh(
         """
         import json, sys
-        from oracle.cli.output import MODELS
+        from oracle.cli.output import MODELS, model
         heavy = ["oracle.cli.output_controls", "oracle.cli.output_reduce", "oracle.reports.model"]
-        trial = MODELS["trial"]().model_dump()["command"]
+        trial = model("trial")().model_dump()["command"]
         before = [m for m in heavy if m in sys.modules]
-        names = {c: MODELS[c].__name__ for c in MODELS}
+        names = {c: model(c).__name__ for c in MODELS}
         print(json.dumps([trial, before, [m for m in heavy if m in sys.modules], names]))
         """
     )

@@ -122,15 +122,15 @@ def command_output(doc: Output, as_json: bool) -> Iterator[Output]:
 
 
 def json_command(command: str) -> Callable[[F], F]:
-    """Give a command its document (the model `oracle.cli.output.MODELS[command]`): the
+    """Give a command its document (the model `oracle.cli.output.model(command)`): the
     decorated function takes ``as_json`` (the ``--json`` option) as a keyword."""
 
     def decorate(fn: F) -> F:
         @functools.wraps(fn)
         def run(*args: Any, **kwargs: Any) -> None:
-            from oracle.cli.output import MODELS
+            from oracle.cli.output import model
 
-            with command_output(MODELS[command](), bool(kwargs.get("as_json"))):
+            with command_output(model(command)(), bool(kwargs.get("as_json"))):
                 fn(*args, **kwargs)
 
         return run  # type: ignore[return-value]

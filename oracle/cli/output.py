@@ -10,14 +10,14 @@ code is not 0, one line each). ``oracle schema`` writes each model's JSON schema
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Iterator, Mapping
+import sys
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from oracle.authoring.loader import Loaded
 from oracle.authoring.task import Task
+from oracle.base.lazy import lazy_names
 from oracle.evidence.record import TrialRecord
 
 
@@ -159,44 +159,41 @@ class ShowOutput(Output):
     record: TrialRecord | None = Field(None, description="null: not shown (see problems)")
 
 
-class _Models(Mapping[str, type[Output]]):
-    """Command → the model of its document, each imported when asked for: the documents of
-    ``controls`` and ``reduce`` need the controls' and the reports' models, which the other
-    commands never load (a tenth of a second of an ``oracle trial``'s start)."""
-
-    def __init__(self, where: dict[str, str]) -> None:
-        self._where = where
-
-    def __getitem__(self, command: str) -> type[Output]:
-        module, name = self._where[command].split(":")
-        model: type[Output] = getattr(importlib.import_module(module), name)
-        return model
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._where)
-
-    def __len__(self) -> int:
-        return len(self._where)
-
-
-#: Each command with ``--json`` and the model of its document.
-MODELS: Mapping[str, type[Output]] = _Models(
+# The documents of `controls` and `reduce` need the controls' and the reports' models, which
+# the other commands never load: they live in modules of their own, imported when first asked
+# for (their names still resolve here).
+__getattr__, __dir__ = lazy_names(
+    __name__,
     {
-        "list": "oracle.cli.output:ListOutput",
-        "check": "oracle.cli.output:CheckOutput",
-        "trial": "oracle.cli.output:TrialOutput",
-        "controls": "oracle.cli.output_controls:ControlsOutput",
-        "show": "oracle.cli.output:ShowOutput",
-        "reduce": "oracle.cli.output_reduce:ReduceOutput",
-    }
+        **dict.fromkeys(
+            ("ControlRunOut", "PredicateOut", "ControlsOutput"), "oracle.cli.output_controls"
+        ),
+        **dict.fromkeys(("RejectionOut", "ReduceOutput"), "oracle.cli.output_reduce"),
+    },
 )
+
+#: Each command with ``--json`` and the name of its document's model.
+MODELS: dict[str, str] = {
+    "list": "ListOutput",
+    "check": "CheckOutput",
+    "trial": "TrialOutput",
+    "controls": "ControlsOutput",
+    "show": "ShowOutput",
+    "reduce": "ReduceOutput",
+}
+
+
+def model(command: str) -> type[Output]:
+    """The model of `command`'s document (imported, for `controls` and `reduce`, now)."""
+    found: type[Output] = getattr(sys.modules[__name__], MODELS[command])
+    return found
 
 
 def cli_schemas() -> dict[str, dict[str, Any]]:
     """Command → the JSON schema of its ``--json`` document (``schemas/cli/<command>…``)."""
     out = {}
-    for command, model in MODELS.items():
-        schema = model.model_json_schema()
+    for command in MODELS:
+        schema = model(command).model_json_schema()
         schema["$id"] = f"https://oracle.invalid/schemas/cli/{command}.schema.json"
         schema["title"] = f"oracle {command} --json"
         out[command] = schema
