@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from oracle.authoring.loader import load_file
 from oracle.scoring import pool as pool_mod
 from oracle.scoring.pool import ScorerPool
 from oracle.scoring.protocol import ChannelClosed, ChannelError, ChannelTimeout, receive, send
@@ -258,6 +259,10 @@ def test_a_zygote_imports_the_authoring_surface_before_it_forks_scorers(tmp_path
     """Task files import ``from oracle import Task, sqlite, …``, which the package resolves
     lazily: the zygote loads what its task files use of it once, so a new task file's
     scorer does not (its first trial used to wait 0.6-0.9 s for those imports)."""
+    # The oracle has loaded the task file when it starts a zygote for it (the loader's module
+    # is what the zygote's imports are read from), whatever other tests this process ran.
+    (task,) = load_file(TASK)[0]
+    assert task.name == "user-rename"
     with ScorerPool() as pool:
         zygote = pool.task_scorer(TASK, [tmp_path / "a"]).zygote
         pool.task_scorer(TASK, [tmp_path / "a"]).warm()
@@ -267,3 +272,36 @@ def test_a_zygote_imports_the_authoring_surface_before_it_forks_scorers(tmp_path
         for module in ("oracle.authoring.task", "oracle.fixtures.sqlite", "oracle.sinks.sql_diff"):
             assert module in preloaded
         assert "pydantic_core" in _zygote_maps(zygote)
+
+
+def test_a_task_files_loaded_modules_are_found_by_real_path_and_no_namesake_is(
+    tmp_path, monkeypatch
+):
+    """What a zygote preloads is read from the modules loaded from its task files: found
+    through a link or a relative path, never a file of the same name in another folder."""
+    import sys
+    import types
+
+    from oracle.scoring import preload
+
+    here, there = tmp_path / "here", tmp_path / "there"
+    for folder in (here, there):
+        folder.mkdir()
+        (folder / "task_x.py").write_text("")
+    (tmp_path / "link").symlink_to(here)
+    monkeypatch.chdir(here)
+
+    for name, file in (
+        ("abs", here / "task_x.py"),
+        ("rel", "task_x.py"),
+        ("namesake", there / "task_x.py"),
+    ):
+        module = types.ModuleType(f"oracle_test_preload_{name}")
+        module.__file__ = str(file)
+        monkeypatch.setitem(sys.modules, module.__name__, module)
+
+    found = preload._task_modules([tmp_path / "link" / "task_x.py"])
+    assert sorted(m.__name__ for m in found) == [
+        "oracle_test_preload_abs",
+        "oracle_test_preload_rel",
+    ]
