@@ -1,5 +1,7 @@
 """Inspect tasks whose tools run in the ``oracle`` sandbox, for test_inspect_sandbox.py.
 
+`file_round_trip` is a solver that works the sandbox through its own file calls.
+
 Real Inspect, a scripted model: Inspect's mock provider (`mockllm/model`) answers with the
 tool calls each task scripts (`ModelOutput.for_tool_call`), then with a final message, and
 Inspect's own ``bash()`` and ``python()`` tools run them in the oracle sandbox. Usage is filled
@@ -8,13 +10,14 @@ in so that the mock model counts no tokens (its tokenizer would download data).
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 from inspect_ai import Task, task
 from inspect_ai.model import Model, ModelOutput, ModelUsage, get_model
-from inspect_ai.solver import Solver, chain, generate, use_tools
+from inspect_ai.solver import Generate, Solver, TaskState, chain, generate, solver, use_tools
 from inspect_ai.tool import bash, python
-from inspect_ai.util import SandboxEnvironmentSpec
+from inspect_ai.util import SandboxEnvironmentSpec, sandbox
 
 from oracle.integrations.inspect import oracle_sample, oracle_scorers, oracle_solver
 from oracle.integrations.inspect_sandbox import OracleSandboxConfig
@@ -91,3 +94,45 @@ def python_rename(out: str) -> Task:
 def bash_probes(out: str) -> Task:
     calls = [("bash", {"command": c}) for c in PROBES]
     return _task(out, [*calls, ("bash", {"command": RENAME})])
+
+
+@solver
+def file_round_trip() -> Solver:
+    """Writes and reads a file through the sandbox's own file calls, and tries the task file;
+    keeps what it saw in the sample's store for the test."""
+
+    async def solve(state: TaskState, generate: Generate) -> TaskState:
+        box = sandbox()
+        await box.write_file("notes/plan.txt", "rename bob\n")
+        state.store.set("read_back", await box.read_file("notes/plan.txt"))
+        state.store.set("cwd", (await box.exec(["pwd"])).stdout.strip())
+        try:
+            await box.read_file(str(TASK_FILE))
+            state.store.set("task_file", "read")
+        except FileNotFoundError as exc:
+            state.store.set("task_file", f"FileNotFoundError: {exc}")
+        try:
+            await box.write_file("/etc/oracle-was-here", "x")
+            state.store.set("outside", "written")
+        except PermissionError as exc:
+            state.store.set("outside", f"PermissionError: {exc}")
+        state.store.set("as_root", await _raised(box.exec(["id"], user="root")))
+        state.store.set("slow", await _raised(box.exec(["sleep", "30"], timeout=1)))
+        flood = box.exec(["head", "-c", str(11 << 20), "/dev/zero"])
+        state.store.set("flood", await _raised(flood))
+        await box.exec(["bash", "-c", "(sleep 1; touch late) >/dev/null 2>&1 & echo started"])
+        await asyncio.sleep(2)
+        state.store.set("late", (await box.exec(["ls", "-A"])).stdout.split())
+        seen = await box.exec(["sh", "-c", "env; echo ---; ls /proc"])
+        state.store.set("seen", seen.stdout)
+        return state
+
+    return solve
+
+
+async def _raised(call) -> str:
+    try:
+        await call
+    except Exception as exc:  # what Inspect's own tools would get
+        return type(exc).__name__
+    return "nothing raised"

@@ -13,11 +13,14 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("inspect_ai", reason="the 'inspect' extra is not installed")
-
-from inspect_ai.log import list_eval_logs, read_eval_log
-
 from oracle.evidence.record import TrialRecord
+from tests.lazy import Lazy, installed
+
+if not installed("inspect_ai"):
+    pytest.skip("the 'inspect' extra is not installed", allow_module_level=True)
+
+# Inspect (1.4 s to import) loads with the first test that reads a log, not at collection.
+inspect_log = Lazy("inspect_ai.log")
 
 HERE = Path(__file__).resolve().parent
 INSPECT = Path(sys.executable).with_name("inspect")
@@ -58,8 +61,8 @@ def logs(tmp_path_factory):
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     found = {}
-    for info in list_eval_logs(str(tmp / "logs")):
-        log = read_eval_log(info)
+    for info in inspect_log.list_eval_logs(str(tmp / "logs")):
+        log = inspect_log.read_eval_log(info)
         found[log.eval.task] = log
     return tmp, found
 
@@ -214,8 +217,8 @@ def test_two_evals_of_one_task_with_other_parameters_keep_their_own_records(tmp_
         )
         assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     seen = {}
-    for info in list_eval_logs(str(tmp_path / "logs")):
-        log = read_eval_log(info)
+    for info in inspect_log.list_eval_logs(str(tmp_path / "logs")):
+        log = inspect_log.read_eval_log(info)
         (sample,) = log.samples
         score = sample.scores["security_breached"]
         record = TrialRecord.model_validate_json(Path(score.metadata["record"]).read_bytes())
@@ -261,8 +264,8 @@ def test_the_docs_example_runs_offline_with_the_mock_model(tmp_path):
         timeout=300,
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    (info,) = list_eval_logs(str(logs))
-    log = read_eval_log(info)
+    (info,) = inspect_log.list_eval_logs(str(logs))
+    log = inspect_log.read_eval_log(info)
     assert log.status == "success", log.error
     (sample,) = log.samples
     assert [_value(sample.scores[m]) for m in METRICS] == [1.0, 0.0, 1.0]

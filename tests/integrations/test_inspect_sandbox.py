@@ -16,75 +16,34 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("inspect_ai", reason="the 'inspect' extra is not installed")
-
-from inspect_ai import Task
-from inspect_ai import eval as inspect_eval
-from inspect_ai.dataset import Sample
-from inspect_ai.log import list_eval_logs, read_eval_log
-from inspect_ai.model import ChatMessageTool
-from inspect_ai.solver import Generate, Solver, TaskState, solver
-from inspect_ai.util import SandboxEnvironmentSpec, sandbox
-
 from oracle.evidence.record import TrialRecord
-from oracle.integrations.inspect import (
-    OracleInspectError,
-    oracle_sample,
-    oracle_scorers,
-    oracle_solver,
-)
-from oracle.integrations.inspect_sandbox import OracleSandboxConfig, OracleSandboxEnvironment
 from tests.conftest import require_tools
-from tests.integrations import inspect_sandbox_tasks as tasks
+from tests.lazy import Lazy, installed
+
+if not installed("inspect_ai"):
+    pytest.skip("the 'inspect' extra is not installed", allow_module_level=True)
+
+# Inspect and oracle's integration with it (1.8 s to import) load with the first test that
+# uses them, not at collection: names below are read through these.
+inspect_log = Lazy("inspect_ai.log")
+integration = Lazy("oracle.integrations.inspect")
+inspect_sandbox = Lazy("oracle.integrations.inspect_sandbox")
+tasks = Lazy("tests.integrations.inspect_sandbox_tasks")
 
 CHECKOUT = Path(__file__).resolve().parents[2]
-
-
-@solver
-def file_round_trip() -> Solver:
-    """Writes and reads a file through the sandbox's own file calls, and tries the task file;
-    keeps what it saw in the sample's store for the test."""
-
-    async def solve(state: TaskState, generate: Generate) -> TaskState:
-        box = sandbox()
-        await box.write_file("notes/plan.txt", "rename bob\n")
-        state.store.set("read_back", await box.read_file("notes/plan.txt"))
-        state.store.set("cwd", (await box.exec(["pwd"])).stdout.strip())
-        try:
-            await box.read_file(str(tasks.TASK_FILE))
-            state.store.set("task_file", "read")
-        except FileNotFoundError as exc:
-            state.store.set("task_file", f"FileNotFoundError: {exc}")
-        try:
-            await box.write_file("/etc/oracle-was-here", "x")
-            state.store.set("outside", "written")
-        except PermissionError as exc:
-            state.store.set("outside", f"PermissionError: {exc}")
-        state.store.set("as_root", await _raised(box.exec(["id"], user="root")))
-        state.store.set("slow", await _raised(box.exec(["sleep", "30"], timeout=1)))
-        flood = box.exec(["head", "-c", str(11 << 20), "/dev/zero"])
-        state.store.set("flood", await _raised(flood))
-        await box.exec(["bash", "-c", "(sleep 1; touch late) >/dev/null 2>&1 & echo started"])
-        await asyncio.sleep(2)
-        state.store.set("late", (await box.exec(["ls", "-A"])).stdout.split())
-        seen = await box.exec(["sh", "-c", "env; echo ---; ls /proc"])
-        state.store.set("seen", seen.stdout)
-        return state
-
-    return solve
-
-
-async def _raised(call) -> str:
-    try:
-        await call
-    except Exception as exc:  # what Inspect's own tools would get
-        return type(exc).__name__
-    return "nothing raised"
 
 
 @pytest.fixture(scope="module")
 def evals(tmp_path_factory):
     """Every task run once, in one `inspect_ai.eval`; the logs by task name."""
+    from inspect_ai import Task
+    from inspect_ai import eval as inspect_eval
+    from inspect_ai.dataset import Sample
+    from inspect_ai.util import SandboxEnvironmentSpec
+
+    from oracle.integrations.inspect import oracle_sample, oracle_scorers, oracle_solver
+    from oracle.integrations.inspect_sandbox import OracleSandboxConfig
+
     require_tools("bwrap", "nft", "ip", "nsenter", "sqlite3", "curl", root=True)
     tmp = tmp_path_factory.mktemp("inspect-sandbox")
     out = str(tmp / "runs")
@@ -92,7 +51,7 @@ def evals(tmp_path_factory):
     files = Task(
         name="file_round_trip",
         dataset=[oracle_sample(tasks.DEMO, "user-rename")],
-        solver=oracle_solver(file_round_trip()),
+        solver=oracle_solver(tasks.file_round_trip()),
         sandbox=SandboxEnvironmentSpec("oracle", OracleSandboxConfig(out=out)),
         scorer=oracle_scorers(),
         model=tasks.scripted([]),
@@ -162,6 +121,8 @@ def _record(log) -> TrialRecord:
 
 def _tool_outputs(log) -> list[str]:
     (sample,) = log.samples
+    from inspect_ai.model import ChatMessageTool
+
     return [m.text for m in sample.messages if isinstance(m, ChatMessageTool)]
 
 
@@ -286,6 +247,10 @@ def test_a_sample_that_names_no_oracle_task_is_an_error_that_says_so(logs):
 
 
 def test_without_bubblewrap_the_task_fails_naming_it(monkeypatch, tmp_path):
+    environment, config = (
+        inspect_sandbox.OracleSandboxEnvironment,
+        inspect_sandbox.OracleSandboxConfig,
+    )
     bare = tmp_path / "bin"
     bare.mkdir()
     for tool in ("sh", "python3"):
@@ -293,13 +258,18 @@ def test_without_bubblewrap_the_task_fails_naming_it(monkeypatch, tmp_path):
         if found:
             (bare / tool).symlink_to(found)
     monkeypatch.setenv("PATH", str(bare))
-    with pytest.raises(OracleInspectError, match=r"bubblewrap \(`bwrap`\) is not installed"):
-        asyncio.run(OracleSandboxEnvironment.task_init("t", OracleSandboxConfig(task="x")))
+    with pytest.raises(
+        integration.OracleInspectError, match=r"bubblewrap \(`bwrap`\) is not installed"
+    ):
+        asyncio.run(environment.task_init("t", config(task="x")))
 
 
 def test_a_config_of_another_kind_is_refused_naming_what_to_give():
-    with pytest.raises(OracleInspectError, match="give an OracleSandboxConfig"):
-        asyncio.run(OracleSandboxEnvironment.task_init("t", SandboxEnvironmentSpec("docker")))
+    from inspect_ai.util import SandboxEnvironmentSpec
+
+    environment = inspect_sandbox.OracleSandboxEnvironment
+    with pytest.raises(integration.OracleInspectError, match="give an OracleSandboxConfig"):
+        asyncio.run(environment.task_init("t", SandboxEnvironmentSpec("docker")))
 
 
 def test_the_solver_is_the_agent_step_without_it_nothing_is_assumed(logs):
@@ -360,8 +330,8 @@ def test_the_docs_example_runs_through_the_entry_point(tmp_path):
         timeout=300,
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    (info,) = list_eval_logs(str(logs))
-    log = read_eval_log(info)
+    (info,) = inspect_log.list_eval_logs(str(logs))
+    log = inspect_log.read_eval_log(info)
     assert log.status == "success", log.error
     assert _scores(log) == {
         "utility_achieved": 1.0,
