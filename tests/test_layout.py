@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import ast
 from collections import defaultdict
+from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 
 import pytest
@@ -87,7 +89,7 @@ def package_of(module: str) -> str:
     return parts[1] if len(parts) > 1 else "oracle"
 
 
-def circles(edges: dict[str, set[str]]) -> list[list[str]]:
+def circles(edges: Mapping[str, AbstractSet[str]]) -> list[list[str]]:
     """The strongly connected components of more than one module (Tarjan, iteratively)."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
@@ -132,8 +134,15 @@ def circles(edges: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def test_no_import_circles():
-    assert circles(graph()) == []
+@pytest.fixture(scope="module")
+def project_graph() -> dict[str, frozenset[str]]:
+    """The project's import graph, parsed once for the tests that read it (and, made once per
+    module, those tests run in one worker of a side-by-side run)."""
+    return {name: frozenset(targets) for name, targets in graph().items()}
+
+
+def test_no_import_circles(project_graph):
+    assert circles(project_graph) == []
 
 
 def test_the_circle_finder_finds_one():
@@ -147,10 +156,10 @@ def test_the_top_level_holds_only_packages():
     assert packages == sorted([*CORE, *WORLD])
 
 
-def test_the_core_imports_no_world_package():
+def test_the_core_imports_no_world_package(project_graph):
     wrong = sorted(
         f"{mod} imports {target}"
-        for mod, targets in graph().items()
+        for mod, targets in project_graph.items()
         if package_of(mod) in CORE
         for target in targets
         if package_of(target) in OUTSIDE_CORE
@@ -158,12 +167,12 @@ def test_the_core_imports_no_world_package():
     assert wrong == []
 
 
-def test_imports_run_one_way():
+def test_imports_run_one_way(project_graph):
     """A package imports only itself and the packages below it (ORDER)."""
     rank = {p: i for i, p in enumerate(ORDER)}
     wrong = sorted(
         f"{mod} ({package_of(mod)}) imports {target} ({package_of(target)})"
-        for mod, targets in graph().items()
+        for mod, targets in project_graph.items()
         for target in targets
         if rank[package_of(target)] > rank[package_of(mod)]
     )

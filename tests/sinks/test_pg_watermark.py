@@ -42,7 +42,11 @@ def hashed(pg, db, base: SqlState | None) -> SqlState:
 def same(a: SqlState, b: SqlState) -> None:
     assert {n: t.digest for n, t in a.tables.items()} == {n: t.digest for n, t in b.tables.items()}
     for name in a.tables:
-        assert a.rows(name) == b.rows(name), name
+        # Equal raw rows in the same order have equal canonical values: those are compared
+        # (with a readable failure) only where the raw ones differ.
+        raw_a, raw_b = a.tables[name].rows, b.tables[name].rows
+        if list(raw_a.items()) != list(raw_b.items()):
+            assert a.rows(name) == b.rows(name), name
 
 
 def check(pg, db, sink: SqlSink, *, by_xmin: int = 3) -> SqlState:
