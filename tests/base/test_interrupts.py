@@ -110,9 +110,11 @@ def test_stop_pool_interrupts_workers_and_kills_those_that_do_not_end(
     else:
         # Killed, none ended by itself. Ours is SIGKILL; once the first is gone the
         # executor's own thread may find the pool broken and terminate the other first.
+        # 255 is multiprocessing's "unknown": the fork server's report of how its child
+        # ended could not be read (popen_forkserver), seen once in a loaded full run.
         codes = [p.exitcode for p in procs]
         assert -signal.SIGKILL in codes, codes
-        assert set(codes) <= {-signal.SIGKILL, -signal.SIGTERM}, codes
+        assert set(codes) <= {-signal.SIGKILL, -signal.SIGTERM, 255}, codes
     # The sleeping tasks were ended, not waited for (60 s).
     assert took < 30, took
     assert len(list(tmp_path.iterdir())) == 2
