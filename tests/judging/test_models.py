@@ -236,6 +236,11 @@ def test_anthropic_backend_retries_a_rate_limit_and_names_a_refusal_of_the_key(
 def inspect_env(judge_env: ModelServer) -> ModelServer:
     if importlib.util.find_spec("inspect_ai") is None:
         pytest.skip("inspect_ai is not installed (pip install 'oracle[inspect]')")
+    # Loaded before a test's clock starts (a test timing a call would time the imports too,
+    # 1.4 s in a process that has not loaded Inspect yet, and its OpenAI provider's SDK).
+    importlib.import_module("inspect_ai.model")
+    if importlib.util.find_spec("openai") is not None:
+        importlib.import_module("openai")
     return judge_env
 
 
