@@ -3,8 +3,8 @@
 Every worker of a side-by-side run (`make test`) collects the whole suite, so whatever a test
 module imports at its top, every worker imports. AgentDojo's pipelines, with the model SDKs
 behind them, cost 3 s of CPU to import and Inspect 1.4 s (measured): named through `Lazy`,
-they load only in the worker that runs the tests using them (such a module marks its tests
-as one group, so that is one worker).
+they load only in the workers that run the tests using them. The AgentDojo pipeline tests are
+one group (one worker); most of Inspect's share a module fixture, which groups them too.
 """
 
 from __future__ import annotations
