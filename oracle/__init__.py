@@ -240,12 +240,19 @@ for _layer in (
     _preload.register_layer(_layer)
 
 
+#: The module of AgentDojo's ``BasePipelineElement``: no object is one unless it is loaded.
+_AGENTDOJO_PIPELINE_BASE = "agentdojo.agent_pipeline.base_pipeline_element"
+
+
 def _agentdojo_pipeline(
     obj: object, name: str, factory: Callable[[], object] | None
 ) -> Agent | None:
     """An AgentDojo pipeline an agent spec names, as an agent (None for anything else).
-    Whoever built the object imported AgentDojo: for any other object nothing is imported."""
-    if "agentdojo" not in sys.modules:
+    Whoever built the object imported AgentDojo's pipeline layer: for any other object nothing
+    is imported. Its package alone is not enough, since AgentDojo's ``agent_pipeline`` imports
+    every model SDK it supports (4 s of CPU, measured) and a harness may hold ``agentdojo``
+    for its task suites' names only."""
+    if _AGENTDOJO_PIPELINE_BASE not in sys.modules:
         return None
     from oracle.integrations.agentdojo.pipeline import adapt_pipeline
 

@@ -4,6 +4,10 @@ arguments that builds one of these."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+
 import pytest
 
 from oracle.agents import adapters
@@ -109,3 +113,29 @@ def test_an_agentdojo_pipeline_factory_resolves_to_the_pipeline_adapter():
     from oracle.trial.agent import agent_named
 
     assert isinstance(agent_named(spec), PipelineAgent)
+
+
+def test_a_harness_holding_agentdojos_package_alone_resolves_a_function_without_its_pipelines(
+    agents_file,
+):
+    """`import agentdojo` is light; its pipeline layer imports every model SDK. A function
+    agent is resolved without loading that layer, nor oracle's pipeline adapter, and the check
+    names the module a pipeline's class comes from (else it would never fire)."""
+    pytest.importorskip("agentdojo", reason="the 'agentdojo' extra is not installed")
+    script = f"""
+import json, sys
+import agentdojo
+from oracle.agents.spec import resolve_agent
+agent = resolve_agent({str(agents_file) + ":careful"!r})
+loaded = [m for m in ("agentdojo.agent_pipeline", "oracle.integrations.agentdojo.pipeline")
+          if m in sys.modules]
+from agentdojo.agent_pipeline import BasePipelineElement
+import oracle
+print(json.dumps([type(agent).__name__, loaded,
+                  BasePipelineElement.__module__ == oracle._AGENTDOJO_PIPELINE_BASE]))
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == ["CallableAgent", [], True]
