@@ -256,3 +256,22 @@ def test_what_oracle_trial_imports_to_start_leaves_the_controls_and_the_matrix_o
     before, spec_loaded, refused = json.loads(out.stdout)
     assert before == []
     assert spec_loaded and "--name" in refused
+
+
+def test_loading_a_task_that_awaits_nothing_loads_no_event_loop():
+    """Every scorer zygote imports what its task file reaches: asyncio (about 40 ms of each
+    start) only where something awaits. A task's tools import it when a coroutine tool runs."""
+    out = fresh(
+        """
+        import json, sys
+        from pathlib import Path
+        from oracle.authoring.loader import load_file
+        from oracle.scoring import preload
+        task = Path("tasks/demo/task_orders_cleanup.py")
+        load_file(task)
+        names = preload.modules([task])
+        print(json.dumps(["asyncio" in sys.modules, "oracle.evidence.tools" in names]))
+        """
+    )
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == [False, True]

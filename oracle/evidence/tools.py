@@ -19,7 +19,6 @@ discrepancy step compares it with the diff.
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
 import functools
 import inspect
@@ -164,6 +163,10 @@ def tool[**P, R](
         async def finish(
             awaitable: Awaitable[Any], log: ToolLog, arguments: dict[str, Json], started: float
         ) -> Any:
+            # Imported here, where a loop is running: a scorer or CLI that never awaits a
+            # tool does not pay for asyncio (about 40 ms of start-up).
+            import asyncio
+
             try:
                 result = await awaitable
             except asyncio.CancelledError:
