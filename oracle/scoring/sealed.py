@@ -72,11 +72,14 @@ class ScorerError(RuntimeError):
 
 def scorer_env(preloaded: Sequence[str] | None = None) -> dict[str, str]:
     """What the scorer's environment keeps: where programs are, the locale, the oracle's own
-    settings (task files may read server URLs from them). No credentials of the harness.
+    settings (task files may read server URLs from them). No credentials of the harness, and
+    no pydantic plugins: those are whatever installed distributions declare, not the task's
+    code, and finding them reads every distribution's metadata at each zygote's start.
     `preloaded`: the modules its zygote imports (`oracle.scoring.preload`; None: every module
     of the layers loaded here)."""
     keep = {"PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "HOME"}
     env = {k: v for k, v in os.environ.items() if k in keep or k.startswith("ORACLE_")}
+    env["PYDANTIC_DISABLE_PLUGINS"] = "__all__"
     names = preload.modules() if preloaded is None else preloaded
     env[preload.ENV] = ",".join(names)
     return env

@@ -305,3 +305,38 @@ def test_a_task_files_loaded_modules_are_found_by_real_path_and_no_namesake_is(
         "oracle_test_preload_abs",
         "oracle_test_preload_rel",
     ]
+
+
+PLUGINS_TASK = """\
+import os
+from oracle import Task, sqlite
+
+# Read where the scorer loads this file: in its zygote's environment.
+PLUGINS = os.environ.get("PYDANTIC_DISABLE_PLUGINS")
+
+def plugins_on(ev):
+    grew = bool(ev.diff.sql("db").added("t"))  # False: the agent writes nothing
+    return grew or PLUGINS != "__all__"
+
+task = Task(name="plugins", prompt="p", sinks=[sqlite("db", sql="CREATE TABLE t (x)")],
+            security=plugins_on)
+"""
+
+
+def test_scorers_run_without_the_environments_pydantic_plugins(tmp_path):
+    """A pydantic plugin is any installed distribution's entry point, loaded by the first
+    model a process builds: in a scorer it would be the environment's code, not the task's,
+    and finding plugins reads every installed distribution's metadata at each zygote's start
+    (about 20 ms of its CPU, measured). Scorers are started with pydantic's documented switch
+    that turns them all off."""
+    from oracle import CallableAgent, load_tasks, run_trial
+    from oracle.scoring.pool import SealedScorer
+
+    (tmp_path / "suite").mkdir()
+    (tmp_path / "suite" / "task_plugins.py").write_text(PLUGINS_TASK)
+    (task,) = load_tasks([tmp_path / "suite" / "task_plugins.py"]).tasks
+    with ScorerPool() as pool:
+        agent = CallableAgent(lambda sb: None, name="idle")
+        record = run_trial(task, agent, scorer=SealedScorer(pool)).record
+    assert record.scoring is not None and record.scoring.isolation != "none"
+    assert record.security_breached is False, record.evaluation_errors
