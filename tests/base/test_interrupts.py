@@ -106,7 +106,9 @@ def test_stop_pool_interrupts_workers_and_kills_those_that_do_not_end(
     if ends_by == "SIGINT":
         with pytest.raises(KeyboardInterrupt, match="before this task started"):
             futures[2].result()
-        assert all(p.exitcode != -signal.SIGKILL for p in procs)
+        # On failure, say how long the stop took: a kill comes only after the grace.
+        codes = [p.exitcode for p in procs]
+        assert all(c != -signal.SIGKILL for c in codes), (codes, took)
     else:
         # Killed, none ended by itself. Ours is SIGKILL; once the first is gone the
         # executor's own thread may find the pool broken and terminate the other first.
