@@ -18,7 +18,6 @@ import signal
 import socket
 import sqlite3
 import subprocess
-import sys
 import tempfile
 import textwrap
 from collections.abc import Callable, Iterator
@@ -332,7 +331,8 @@ def local_demo(tmp_path_factory: pytest.TempPathFactory) -> DemoOutput:
     out = tmp_path_factory.mktemp("local-demo") / "runs"
     env = {k: v for k, v in os.environ.items() if not k.startswith("ORACLE_")}
     env.update(ORACLE_SERVERS="local", COLUMNS="200", NO_COLOR="1")
-    oracle = str(Path(sys.executable).parent / "oracle")
+    from tests.forked_cli import ORACLE as oracle
+
     done = subprocess.run(
         [oracle, "demo", str(DEMO), "--out", str(out)],
         cwd=REPO,
@@ -399,6 +399,12 @@ def pytest_configure(config: pytest.Config) -> None:
         folder = Path(tempfile.mkdtemp(prefix="oracle-test-groups-"))
         os.environ[GROUPS_ENV] = str(folder / "groups.json")
         config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
+    if getattr(config, "workerinput", None) is not None or config.getoption("dist", "no") == "no":
+        # A process that runs tests: its `oracle` commands fork from a CLI server.
+        from tests import forked_cli
+
+        forked_cli.start()
+        config.add_cleanup(forked_cli.stop)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -10,17 +10,15 @@ import json
 import os
 import shlex
 import subprocess
-import sys
 import textwrap
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.conftest import REPO, require_tools
+from tests.forked_cli import ORACLE
 
 pytestmark = pytest.mark.e2e
-ORACLE = str(Path(sys.executable).parent / "oracle")
 KEY = "sk-live-SENT-77aQ2m"
 
 TASK = f"""

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -21,10 +20,10 @@ from typing import Any
 import pytest
 
 from tests.conftest import require_service, require_tools
+from tests.forked_cli import ORACLE
 
 pytestmark = pytest.mark.e2e
 
-ORACLE = str(Path(sys.executable).parent / "oracle")
 AGENT = Path(__file__).resolve().parent / "agents" / "schema_move.sh"
 SECRET = "sk-live-SCHEMA-MOVE-5150"
 

@@ -14,13 +14,13 @@ from typing import Any
 import pytest
 
 from tests.conftest import require_tools
+from tests.forked_cli import ORACLE
 
 pytestmark = pytest.mark.e2e
 
 HERE = Path(__file__).resolve().parent
 TASK = HERE / "task_planted_note.py"
 AGENTS = HERE / "agents"
-ORACLE = str(Path(sys.executable).parent / "oracle")
 
 READERS = (
     "reads_the_note_with_o_noatime",

@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 
 from tests.conftest import REPO, require_tools
+from tests.forked_cli import ORACLE
 
 pytestmark = pytest.mark.e2e
-ORACLE = str(Path(sys.executable).parent / "oracle")
 AGENTS = Path(__file__).resolve().parent / "agents"
 
 TASK = """

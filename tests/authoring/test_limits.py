@@ -18,8 +18,7 @@ from oracle.authoring.task import TaskError
 from oracle.sandbox.sandbox import Sandbox, SandboxError
 from oracle.trial.agent import CallableAgent
 from tests.conftest import REPO, require_tools
-
-ORACLE = str(Path(sys.executable).parent / "oracle")
+from tests.forked_cli import ORACLE
 
 
 def _root_may_mount() -> None:

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import DEMO, REPO, DemoOutput
+from tests.forked_cli import ORACLE
 
 pytestmark = pytest.mark.e2e
-ORACLE = str(Path(sys.executable).parent / "oracle")
 
 
 def oracle(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:

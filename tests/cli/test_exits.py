@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from oracle.cli import exits
-from tests.cli.test_cli import ORACLE, oracle
+from tests.cli.test_cli import oracle
 from tests.conftest import DEMO
+from tests.forked_cli import REAL_ORACLE
 
 pytestmark = pytest.mark.e2e
 
@@ -122,7 +123,7 @@ def test_130_interrupted(tmp_path: Path):
     args = ["trial", str(DEMO), "-t", "user-rename", "-a", agent, "--isolation", "none"]
     env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
     proc = subprocess.Popen(
-        [ORACLE, *args, "--out", str(tmp_path / "runs"), "--json"],
+        [REAL_ORACLE, *args, "--out", str(tmp_path / "runs"), "--json"],  # signalled by group
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

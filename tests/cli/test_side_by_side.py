@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.test_cli import ORACLE, oracle
+from tests.cli.test_cli import oracle
 from tests.conftest import DEMO, alive
+from tests.forked_cli import REAL_ORACLE
 
 pytestmark = pytest.mark.e2e
 
@@ -83,7 +84,7 @@ def test_a_worker_that_breaks_is_named_and_the_other_tasks_run(tmp_path):
         "main()\n"
     )
     out = subprocess.run(
-        [str(Path(ORACLE).parent / "python"), "-c", script],
+        [str(Path(REAL_ORACLE).parent / "python"), "-c", script],
         capture_output=True,
         text=True,
         timeout=300,
@@ -148,7 +149,8 @@ def test_ctrl_c_side_by_side_exits_130_and_leaves_no_process(tmp_path, stop):
     (tasks / "task_slow.py").write_text(SLOW.format(started=str(started)))
     (tasks / "task_steady.py").write_text(STEADY.replace("shifty", "steady"))
     proc = subprocess.Popen(
-        [ORACLE, "controls", str(tasks), "--jobs", str(jobs), "--json"],
+        # Signalled by process group: the console script itself (tests/forked_cli.py).
+        [REAL_ORACLE, "controls", str(tasks), "--jobs", str(jobs), "--json"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import os
 import subprocess
-import sys
 import warnings
 from pathlib import Path
 
@@ -18,8 +17,8 @@ from oracle.evidence.record import Cell, TrialRecord
 from oracle.scoring.scorer import InProcessScorer
 from oracle.trial.embed import sandbox
 from tests.conftest import DEMO, REPO, agent
+from tests.forked_cli import ORACLE
 
-ORACLE = str(Path(sys.executable).parent / "oracle")
 RENAME = load_tasks([DEMO]).by_name("user-rename")
 
 

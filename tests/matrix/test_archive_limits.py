@@ -7,15 +7,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import zlib
 from pathlib import Path
 
 from oracle.base.signing import new_key, write_key_pair
 from tests.conftest import REPO
+from tests.forked_cli import ORACLE
 from tests.matrix_helpers import write_matrix
-
-ORACLE = str(Path(sys.executable).parent / "oracle")
 
 #: A task whose seed holds one note of 8 MB of text: each snapshot of it holds that text.
 BIG_SEED_TASK = """

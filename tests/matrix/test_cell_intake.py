@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -34,6 +33,7 @@ from oracle.matrix.reduce import expected_from, verify_run
 from oracle.matrix.run import WorkerContext, _paired, run_matrix
 from oracle.matrix.spec import load_matrix
 from oracle.reports.model import build_report
+from tests.forked_cli import ORACLE
 from tests.matrix_helpers import EMBEDDED, write_matrix
 
 Tamper = Callable[[PackedCell], PackedCell]
@@ -205,7 +205,7 @@ def test_the_cli_names_the_refused_cell_and_reduce_counts_it(
     assert signature_path(
         tmp_path / "run" / "cells" / f"{Cell(harness='obedient', task='log-level').folder}.tar.gz"
     ).is_file()
-    oracle = str(Path(sys.executable).parent / "oracle")
+    oracle = ORACLE
     reduced = subprocess.run(
         [
             oracle,

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,9 +18,9 @@ from oracle.base.signing import new_key, write_key_pair
 from oracle.matrix.reduce import expected_from, verify_run
 from oracle.matrix.spec import load_matrix
 from tests.conftest import REPO, require_tools
+from tests.forked_cli import ORACLE
 from tests.matrix_helpers import write_matrix
 
-ORACLE = str(Path(sys.executable).parent / "oracle")
 PAGE = 4096
 
 

@@ -8,17 +8,16 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from oracle.matrix.cell_archive import MANIFEST
 from tests.conftest import REPO, require_tools
+from tests.forked_cli import ORACLE, REAL_ORACLE
 from tests.matrix_helpers import EMBEDDED, Member, files_of, gz, raw_tar, sign_bytes, write_matrix
 
 pytestmark = pytest.mark.e2e
-ORACLE = str(Path(sys.executable).parent / "oracle")
 CHROMIUM_FLAGS = [
     "--headless",
     "--no-sandbox",  # we run as root here
@@ -69,7 +68,7 @@ def oracle(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 def test_the_cli_runs_with_bytecode_caching_on():
     # What the "writes nowhere" tests rely on: the CLI's Python would write bytecode beside
     # any module it imports, unless the code says otherwise.
-    python = Path(ORACLE).read_text().splitlines()[0].removeprefix("#!")
+    python = Path(REAL_ORACLE).read_text().splitlines()[0].removeprefix("#!")
     out = subprocess.run(
         [
             python,

@@ -8,7 +8,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from oracle.matrix.run import run_matrix
 from oracle.matrix.run_id import RUN_FILE
 from oracle.matrix.spec import MatrixError, load_matrix
 from tests.conftest import REPO, require_service, require_tools
+from tests.forked_cli import ORACLE, REAL_ORACLE
 from tests.matrix.conftest import DemoRun
 from tests.matrix_helpers import EMBEDDED, write_matrix
 
@@ -358,7 +358,7 @@ def test_an_interrupted_run_resumes(tmp_path: Path):
     matrix = probe_matrix(tmp_path, repetitions=5, nap=0.25)  # 10 cells, one at a time
     key = new_key()
     write_key_pair(key, tmp_path / "k.key", tmp_path / "k.pub")
-    oracle = str(Path(sys.executable).parent / "oracle")
+    oracle = REAL_ORACLE  # killed with SIGKILL: the console script itself (tests/forked_cli.py)
     args = [
         oracle,
         "matrix",
@@ -474,7 +474,7 @@ def test_an_isolated_agent_finds_no_private_key(outside_tmp: Path, where: str):
         "COLUMNS": "200",
         "NO_COLOR": "1",
     }
-    oracle = str(Path(sys.executable).parent / "oracle")
+    oracle = ORACLE
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(

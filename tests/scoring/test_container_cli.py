@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import DEMO, REPO, require_engine
+from tests.forked_cli import REAL_ORACLE
 from tests.scoring.test_sealed_cli import (
     HOSTILE_HELPER,
-    ORACLE,
     PROBE_HELPER,
     _values,
     oracle,
@@ -33,6 +33,10 @@ from tests.scoring.test_sealed_cli import (
 )
 
 pytestmark = pytest.mark.e2e
+
+#: The console script itself: the engine labels a scorer's container with the pid of the
+#: oracle that started it, which these tests look up (tests/forked_cli.py).
+ORACLE = REAL_ORACLE
 
 
 @pytest.fixture

@@ -6,16 +6,15 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import REPO
+from tests.forked_cli import ORACLE
 
 pytestmark = pytest.mark.e2e
-ORACLE = str(Path(sys.executable).parent / "oracle")
 
 TASK = """
 from oracle import Task, breach, clean, sqlite

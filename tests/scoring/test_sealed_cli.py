@@ -10,7 +10,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import textwrap
 import time
 from pathlib import Path
@@ -18,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, alive
+from tests.forked_cli import ORACLE, REAL_ORACLE
 
 pytestmark = pytest.mark.e2e
-ORACLE = str(Path(sys.executable).parent / "oracle")
 
 SEED = (
     "CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT);"
@@ -244,7 +243,7 @@ def test_ctrl_c_stops_a_run_held_by_a_looping_predicate_and_ends_the_scorers(tmp
     env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
     proc = subprocess.Popen(
         [
-            ORACLE,
+            REAL_ORACLE,  # its scorers are found among its descendants (tests/forked_cli.py)
             "trial",
             str(tasks),
             "-a",

@@ -21,7 +21,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import textwrap
 import time
 from collections.abc import Iterator
@@ -31,8 +30,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import DEMO, REPO
+from tests.forked_cli import ORACLE
 
-ORACLE = str(Path(sys.executable).with_name("oracle"))
 MARK = "TAMPERED-7f3a"
 SECRET = "OUTSIDE-SECRET-91c2"
 #: The command agent that writes HTML where the viewer will show it: a file's name and

@@ -1,0 +1,152 @@
+"""The tests' `oracle` (tests/forked_cli.py) behaves as the console script does where tests
+can tell: output, exit status, signals, a launcher killed at a timeout, other Python settings."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, alive
+from tests.forked_cli import ORACLE, REAL_ORACLE
+
+pytestmark = pytest.mark.skipif(ORACLE == REAL_ORACLE, reason="ORACLE_TEST_CLI=exec")
+
+
+def both(*args: str, **kwargs: object) -> tuple[subprocess.CompletedProcess[str], ...]:
+    return tuple(
+        subprocess.run(
+            [exe, *args], capture_output=True, text=True, cwd=REPO, timeout=120, **kwargs
+        )
+        for exe in (ORACLE, REAL_ORACLE)
+    )
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["--version"], ["list", "tasks/demo"], ["trial", "no-such-task.py"], ["no-such-command"]],
+    ids=["version", "list", "missing-task", "usage-error"],
+)
+def test_output_and_status_are_the_console_scripts(args: list[str]):
+    forked, real = both(*args, env={**os.environ, "COLUMNS": "120", "NO_COLOR": "1"})
+    assert (forked.returncode, forked.stdout, forked.stderr) == (
+        real.returncode,
+        real.stdout,
+        real.stderr,
+    )
+
+
+def test_standard_input_working_folder_and_environment_are_the_callers(tmp_path: Path):
+    """The command reads its arguments against the caller's working folder (a task file
+    named relatively) and its settings from the caller's environment (XDG_CONFIG_HOME,
+    COLUMNS), and gets the caller's standard input."""
+    task = tmp_path / "task_probe.py"
+    task.write_text((REPO / "tasks" / "demo" / "task_user_rename.py").read_text())
+    env = {**os.environ, "COLUMNS": "100", "NO_COLOR": "1", "XDG_CONFIG_HOME": str(tmp_path)}
+    forked = subprocess.run(
+        [ORACLE, "list", "task_probe.py"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        input="ignored\n",
+        timeout=120,
+    )
+    real = subprocess.run(
+        [REAL_ORACLE, "list", "task_probe.py"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        input="ignored\n",
+        timeout=120,
+    )
+    assert forked.returncode == real.returncode == 0, forked.stderr
+    assert "user-rename" in forked.stdout and forked.stdout == real.stdout
+
+
+def test_other_python_settings_run_the_console_script_itself():
+    """PYTHONPROFILEIMPORTTIME makes a fresh interpreter report its imports on stderr: the
+    forked child has imported already and would report none."""
+    env = {**os.environ, "PYTHONPROFILEIMPORTTIME": "1"}
+    out = subprocess.run(
+        [ORACLE, "--version"], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert out.returncode == 0 and "import time:" in out.stderr and "oracle.cli.app" in out.stderr
+
+
+def _agent(tmp_path: Path, name: str = "agent") -> str:
+    """A command agent that sleeps, named by a marker on its command line (an isolated agent
+    cannot write where the test reads)."""
+    return f"cmd:{sys.executable} -c 'import time; time.sleep(120)' {tmp_path.name}-{name}"
+
+
+def _wait_for(tmp_path: Path, name: str = "agent") -> int:
+    """The pid of the agent `_agent(tmp_path, name)` started, once it runs."""
+    marker = f"{tmp_path.name}-{name}".encode()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        for proc in Path("/proc").iterdir():
+            if proc.name.isdigit():
+                try:
+                    argv = (proc / "cmdline").read_bytes().split(b"\0")
+                except OSError:
+                    continue
+                if marker in argv and argv[1:2] == [b"-c"]:  # the agent, not bwrap
+                    return int(proc.name)
+        time.sleep(0.05)
+    raise AssertionError(f"the agent {marker!r} did not start")
+
+
+def test_a_launcher_killed_at_a_timeout_takes_the_command_with_it(tmp_path: Path):
+    args = [
+        ORACLE, "trial", str(REPO / "tasks" / "demo" / "task_user_rename.py"),
+        "-a", _agent(tmp_path), "--out", str(tmp_path / "runs"), "--allow-unproven",
+    ]  # fmt: skip
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    agent = _wait_for(tmp_path)
+    proc.kill()  # what subprocess.run does at its timeout
+    proc.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    while alive(agent) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive(agent)
+
+
+def test_sigint_reaches_the_command_and_its_status_comes_back(tmp_path: Path):
+    """Ctrl-C as a terminal sends it (to the launcher's process group, relayed to the
+    command's): the trial is interrupted and exits 130, as the console script does."""
+    args = [
+        ORACLE, "trial", str(REPO / "tasks" / "demo" / "task_user_rename.py"),
+        "-a", _agent(tmp_path), "--out", str(tmp_path / "runs"), "--allow-unproven",
+    ]  # fmt: skip
+    proc = subprocess.Popen(
+        args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    agent = _wait_for(tmp_path)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert not alive(agent)
+
+
+def test_a_command_killed_by_a_signal_is_reported_so(tmp_path: Path):
+    """The launcher ends as the command did, by the same status or signal, at SIGTERM."""
+    procs = []
+    for name, exe in (("forked", ORACLE), ("real", REAL_ORACLE)):
+        args = [
+            exe, "trial", str(REPO / "tasks" / "demo" / "task_user_rename.py"),
+            "-a", _agent(tmp_path, name), "--out", str(tmp_path / name), "--allow-unproven",
+        ]  # fmt: skip
+        procs.append(subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    for name in ("forked", "real"):
+        _wait_for(tmp_path, name)
+    for p in procs:
+        p.send_signal(signal.SIGTERM)
+    forked, real = (p.wait(timeout=60) for p in procs)
+    assert forked == real
