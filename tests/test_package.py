@@ -275,3 +275,29 @@ def test_loading_a_task_that_awaits_nothing_loads_no_event_loop():
     )
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == [False, True]
+
+
+def test_a_json_diff_leaves_numpy_unloaded_and_importable():
+    """deepdiff imports numpy wherever it is installed (the Inspect extra brings it): 0.35 s
+    of each process's first JSON diff. The structural diff of JSON values needs none of it;
+    numpy still imports afterwards, and a process that holds numpy already keeps using it."""
+    pytest.importorskip("numpy")
+    out = fresh(
+        """
+        import json, sys
+        from oracle.evidence.diff import deep_detail
+        detail = deep_detail({"a": [1, {"b": 2}]}, {"a": [1, {"b": 3}], "c": None})
+        unloaded = "numpy" not in sys.modules
+        import numpy
+        again = deep_detail({"x": 1}, {"x": 2})
+        print(json.dumps([detail, unloaded, numpy.__name__, again]))
+        """
+    )
+    assert out.returncode == 0, out.stderr
+    detail, unloaded, numpy_name, again = json.loads(out.stdout)
+    assert detail == {
+        "dictionary_item_added": {"root['c']": None},
+        "values_changed": {"root['a'][1]['b']": {"new_value": 3, "old_value": 2}},
+    }
+    assert unloaded is True and numpy_name == "numpy"
+    assert again == {"values_changed": {"root['x']": {"new_value": 2, "old_value": 1}}}

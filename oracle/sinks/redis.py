@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, TypeAdapter
 
 from oracle.base.canonical import Json, digest_json, to_jsonable
 from oracle.base.query import matches
-from oracle.evidence.diff import Change, Content, SinkDiff
+from oracle.evidence.diff import Change, Content, SinkDiff, deep_detail
 from oracle.evidence.kinds import SinkKind
 from oracle.evidence.snapshot import Snapshot, SnapshotError
 
@@ -325,10 +325,7 @@ class KeyChanged(Change):
 def _detail(old: Json, new: Json) -> dict[str, Any] | None:
     if not isinstance(old, dict | list) or not isinstance(new, dict | list):
         return None
-    from deepdiff import DeepDiff  # only deep values need it (see oracle.sinks.sql_diff)
-
-    out: dict[str, Any] = json.loads(DeepDiff(old, new, verbose_level=2).to_json())
-    return out
+    return deep_detail(old, new)
 
 
 class RedisDiff(SinkDiff):

@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model
 from oracle.base.canonical import Json, row_digest, to_jsonable
 from oracle.base.frozen import freeze
 from oracle.base.query import UnknownFieldError, matches
-from oracle.evidence.diff import Change, Content, IncompleteEvidenceError, SinkDiff
+from oracle.evidence.diff import Change, Content, IncompleteEvidenceError, SinkDiff, deep_detail
 from oracle.evidence.kinds import SinkKind
 from oracle.sinks.sql_pairs import key_order, pair_rows
 from oracle.sinks.sql_state import KIND, ColumnInfo, SchemaObject, SqlState, TableState
@@ -434,12 +434,7 @@ def _json_detail(old: Any, new: Any) -> dict[str, Any] | None:
         return None
     if not isinstance(o, dict | list) and not isinstance(n, dict | list):
         return None
-    # Imported here: deepdiff (and numpy, which it loads when installed) costs every process
-    # that reads a SQL diff 70 ms, and only JSON columns need it.
-    from deepdiff import DeepDiff
-
-    detail: dict[str, Any] = json.loads(DeepDiff(o, n, verbose_level=2).to_json())
-    return detail
+    return deep_detail(o, n)
 
 
 def _chunk_label(t: TableState, bucket: int) -> str:
