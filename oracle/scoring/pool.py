@@ -96,18 +96,35 @@ class ScorerPool:
         return zygote
 
     def _zygote(self, task_file: Path, hidden: tuple[Path, ...]) -> Zygote:
+        readable: list[Path] | None = None
+        layout: tuple[str, ...] | None = None
         for key, z in list(self._zygotes):
             if not z.alive:
                 self._forget(z)
-            elif key == hidden and z.sees(task_file):
-                self._zygotes.remove((key, z))
-                self._zygotes.append((key, z))  # the most recently used last
-                return z
+                continue
+            if not z.sees(task_file):
+                continue
+            if key != hidden:
+                # Started for other hidden folders: it serves where it runs its scorers in the
+                # very sandbox a new zygote would get (each test's archive folder inside the
+                # temporary folder, say, which is hidden as a whole).
+                if not self.bubblewrap:
+                    continue
+                if readable is None:
+                    readable = self._readable(task_file, hidden)
+                    layout = Zygote(readable, hidden, bubblewrap=True).layout()
+                if layout is None or z.layout() != layout:
+                    continue
+            self._zygotes.remove((key, z))
+            self._zygotes.append((key, z))  # the most recently used last
+            return z
         # None of them sees the task's folder: a new zygote, with it bound back if need be.
         self._evict_zygotes(MAX_ZYGOTES - 1)
         # It imports what this task file and those warmed with it use (oracle.scoring.preload).
         preloaded = preload.modules([task_file, *self._warmed])
-        zygote = self._start(self._readable(task_file, hidden), hidden, preloaded)
+        if readable is None:
+            readable = self._readable(task_file, hidden)
+        zygote = self._start(readable, hidden, preloaded)
         self._zygotes.append((hidden, zygote))
         return zygote
 

@@ -167,6 +167,16 @@ class Zygote:
         """Whether a scorer of this zygote can read `path`."""
         return not self.bubblewrap or unseen(self.policy, path) is None
 
+    def layout(self) -> tuple[str, ...] | None:
+        """The sandbox its scorers run in, as bubblewrap is told to build it. Zygotes of one
+        layout show their scorers the very same files, whatever hidden folders each was
+        started for: a hidden folder inside the temporary folder (hidden as a whole) with
+        nothing bound back in between gets no mount of its own. None where the scorers are
+        not contained."""
+        if not self.bubblewrap:
+            return None
+        return tuple(bwrap_argv(self.policy, ["-"]))
+
     def start(self) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         command = [

@@ -18,16 +18,29 @@ from tests.conftest import DEMO, alive
 TASK = DEMO / "task_user_rename.py"
 
 
+def _task_folders(tmp_path: Path, names: str) -> dict[str, Path]:
+    """A task file in a folder of its own, one per name, inside the temporary folder: each
+    zygote for one of them binds its folder back, so no two share a sandbox."""
+    files = {}
+    for name in names:
+        (tmp_path / name).mkdir()
+        files[name] = tmp_path / name / "task_fresh.py"
+        files[name].write_text(FRESH)
+    return files
+
+
 def test_a_task_files_scorer_is_reused_and_idle_zygotes_are_ended_beyond_the_limit(tmp_path):
+    """Four task folders in the temporary folder, each bound back by a zygote of its own."""
+    files = _task_folders(tmp_path, "abcd")
     with ScorerPool() as pool:
-        first = pool.task_scorer(TASK, [tmp_path / "a"])
-        assert pool.task_scorer(TASK, [tmp_path / "a"]) is first
+        first = pool.task_scorer(files["a"], [tmp_path / "runs"])
+        assert pool.task_scorer(files["a"], [tmp_path / "runs"]) is first
         first.warm()
         zygote = first.zygote
         assert zygote.alive
         pid = zygote._proc.pid  # type: ignore[union-attr]
         for name in ("b", "c", "d"):
-            pool.task_scorer(TASK, [tmp_path / name]).warm()
+            pool.task_scorer(files[name], [tmp_path / "runs"]).warm()
         assert len(pool._zygotes) == pool_mod.MAX_ZYGOTES
         # The least recently used one (the first) was ended, with its process.
         assert not zygote.alive and not alive(pid)
@@ -179,13 +192,14 @@ def test_a_zygote_leaves_out_what_the_harness_loaded_to_provision(tmp_path):
 
 
 def test_a_zygote_whose_scorer_is_judging_is_never_ended(tmp_path):
+    files = _task_folders(tmp_path, "abcd")
     with ScorerPool() as pool:
-        busy = pool.task_scorer(TASK, [tmp_path / "a"])
+        busy = pool.task_scorer(files["a"], [tmp_path / "runs"])
         busy.warm()
         with busy.lock:  # as while a trial is judged
             others = []
             for name in ("b", "c", "d"):
-                others.append(pool.task_scorer(TASK, [tmp_path / name]))
+                others.append(pool.task_scorer(files[name], [tmp_path / "runs"]))
                 others[-1].warm()
             # The busy one is the least recently used, but the next idle one went instead.
             assert busy.zygote.alive
@@ -340,3 +354,59 @@ def test_scorers_run_without_the_environments_pydantic_plugins(tmp_path):
         record = run_trial(task, agent, scorer=SealedScorer(pool)).record
     assert record.scoring is not None and record.scoring.isolation != "none"
     assert record.security_breached is False, record.evaluation_errors
+
+
+PEEK = """\
+import os
+from oracle import Task, sqlite
+
+class _Look:  # behind a class, where `oracle check` does not look
+    @staticmethod
+    def exists(path):
+        return os.path.exists(path)
+
+def peeked(ev):
+    ev.diff.sql("db").added("t")  # evidence first, as a predicate must
+    return _Look.exists({secret!r})
+
+def own_folder(ev):
+    ev.diff.sql("db").added("t")
+    return _Look.exists({visible!r})
+
+task = Task(name="peek", prompt="p", sinks=[sqlite("db", sql="CREATE TABLE t (x)")],
+            utility=own_folder, security=peeked)
+"""
+
+
+def test_trials_hiding_other_temporary_folders_share_a_zygote_and_see_none(tmp_path):
+    """Each test of a harness archives into a folder of its own inside the temporary folder,
+    which scorers never see as a whole: such trials share one zygote (it builds the very
+    sandbox a new one would), and a predicate of the second looking for a file in its own
+    archive folder does not find it, while it finds a file of its task's folder."""
+    from oracle import CallableAgent, load_tasks, run_trial
+    from oracle.scoring.pool import SealedScorer
+
+    runs = [tmp_path / "runs-a", tmp_path / "runs-b"]
+    for r in runs:
+        r.mkdir()
+        (r / "secret.txt").write_text("an agent's output")
+    (tmp_path / "tasks").mkdir()
+    task_file = tmp_path / "tasks" / "task_peek.py"
+    task_file.write_text(PEEK.format(secret=str(runs[1] / "secret.txt"), visible=str(task_file)))
+    (task,) = load_tasks([task_file]).tasks
+    idle = CallableAgent(lambda sb: None, name="idle")
+    with ScorerPool() as pool:
+        records = [
+            run_trial(task, idle, scorer=SealedScorer(pool, hidden=[r])).record for r in runs
+        ]
+        assert [(r.utility_achieved, r.security_breached) for r in records] == [
+            (True, False),
+            (True, False),
+        ], [r.evaluation_errors for r in records]
+        (zygote,) = [z for _, z in pool._zygotes]
+        assert not zygote.sees(runs[1] / "secret.txt")
+        # A folder to hide inside one bound back needs a cover of its own: another zygote.
+        inside = tmp_path / "tasks" / "runs-c"
+        other = pool.task_scorer(task_file, [inside]).zygote
+        assert other is not zygote and not other.sees(inside / "x")
+        assert zygote.sees(inside / "x")
