@@ -18,11 +18,12 @@ from tests.forked_cli import ORACLE, REAL_ORACLE
 pytestmark = pytest.mark.skipif(ORACLE == REAL_ORACLE, reason="ORACLE_TEST_CLI=exec")
 
 
-def both(*args: str, **kwargs: object) -> tuple[subprocess.CompletedProcess[str], ...]:
+def both(
+    *args: str, cwd: Path = REPO, **kwargs: object
+) -> tuple[subprocess.CompletedProcess[str], ...]:
+    """The command run by the launcher, then by the console script."""
     return tuple(
-        subprocess.run(
-            [exe, *args], capture_output=True, text=True, cwd=REPO, timeout=120, **kwargs
-        )
+        subprocess.run([exe, *args], capture_output=True, text=True, cwd=cwd, timeout=120, **kwargs)
         for exe in (ORACLE, REAL_ORACLE)
     )
 
@@ -41,33 +42,21 @@ def test_output_and_status_are_the_console_scripts(args: list[str]):
     )
 
 
-def test_standard_input_working_folder_and_environment_are_the_callers(tmp_path: Path):
+def test_the_working_folder_and_environment_are_the_callers(tmp_path: Path):
     """The command reads its arguments against the caller's working folder (a task file
-    named relatively) and its settings from the caller's environment (XDG_CONFIG_HOME,
-    COLUMNS), and gets the caller's standard input."""
+    named relatively) and its settings from the caller's environment (COLUMNS: the width its
+    help is wrapped to)."""
     task = tmp_path / "task_probe.py"
     task.write_text((REPO / "tasks" / "demo" / "task_user_rename.py").read_text())
-    env = {**os.environ, "COLUMNS": "100", "NO_COLOR": "1", "XDG_CONFIG_HOME": str(tmp_path)}
-    forked = subprocess.run(
-        [ORACLE, "list", "task_probe.py"],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env=env,
-        input="ignored\n",
-        timeout=120,
-    )
-    real = subprocess.run(
-        [REAL_ORACLE, "list", "task_probe.py"],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env=env,
-        input="ignored\n",
-        timeout=120,
-    )
+    forked, real = both("list", "task_probe.py", cwd=tmp_path)
     assert forked.returncode == real.returncode == 0, forked.stderr
     assert "user-rename" in forked.stdout and forked.stdout == real.stdout
+    helps = []
+    for width in ("60", "200"):
+        forked, real = both("--help", env={**os.environ, "COLUMNS": width, "NO_COLOR": "1"})
+        assert forked.returncode == 0 and forked.stdout == real.stdout
+        helps.append(forked.stdout)
+    assert helps[0] != helps[1]
 
 
 def test_other_python_settings_run_the_console_script_itself():
