@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import array
 import contextlib
+import gc
 import os
 import selectors
 import signal
@@ -48,8 +49,10 @@ REAL_ORACLE = str(Path(sys.executable).parent / "oracle")
 #: Set to ``exec`` to run the console script itself wherever a test runs `ORACLE`.
 MODE_ENV = "ORACLE_TEST_CLI"
 
-#: The modules the server imports before its first fork: the CLI and what `oracle trial`
-#: of a SQLite or folder task imports (the rest each child imports as the console script does).
+#: The modules the server imports before its first fork: the CLI, what `oracle trial` of a
+#: SQLite or folder task imports, and what loading the demo tasks (which most commands of the
+#: tests name) and running them on the local servers import; the GitHub world's servers and
+#: the rest each child imports as the console script does.
 PRELOAD = (
     "oracle.cli.app",
     "oracle.cli.output",
@@ -63,6 +66,19 @@ PRELOAD = (
     "oracle.trial.loop",
     "oracle.evidence.archive",
     "oracle.scoring.pool",
+    "oracle.fixtures.folder",
+    "oracle.fixtures.mail",
+    "oracle.fixtures.postgres",
+    "oracle.fixtures.redis",
+    "oracle.fixtures.egress",
+    "oracle.fixtures.github",
+    "oracle.sinks.sql_postgres",
+    "oracle.sinks.redis",
+    "oracle.sinks.mail",
+    "oracle.proxies.egress_pool",
+    "sqlalchemy",
+    "psycopg",
+    "redis",
 )
 
 _FOLDER = Path(tempfile.gettempdir()) / f"oracle-test-cli-{os.getpid()}"
@@ -188,6 +204,9 @@ def serve(fd: int) -> bool:
 
     for name in PRELOAD:
         importlib.import_module(name)
+    # What is imported stays out of the children's collections: a collection touches every
+    # object it tracks, which would copy each page of the server's memory into each child.
+    gc.freeze()
     # Ctrl-C at a terminal reaches the test process, whose end ends this server (below).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     listener = socket.socket(fileno=fd)
