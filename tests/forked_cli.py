@@ -101,9 +101,7 @@ items = [os.getcwdb(), str(len(sys.argv) - 1).encode(), *map(os.fsencode, sys.ar
 for k, v in os.environb.items():
     items += [k, v]
 body = b"".join(struct.pack("!I", len(x)) + x for x in items)
-message = struct.pack("!I", len(body)) + body
-sent = socket.send_fds(s, [message], [0, 1, 2])
-s.sendall(message[sent:])  # what a send cut short (by a signal) left over
+socket.send_fds(s, [struct.pack("!I", len(body)) + body], [0, 1, 2])
 def read(n):
     data = b""
     while len(data) < n:

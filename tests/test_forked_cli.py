@@ -59,15 +59,6 @@ def test_the_working_folder_and_environment_are_the_callers(tmp_path: Path):
     assert helps[0] != helps[1]
 
 
-def test_an_environment_larger_than_a_socket_buffer_arrives_whole():
-    """A megabyte of environment, several times a socket's buffer, reaches the command."""
-    env = {**os.environ, "COLUMNS": "60", "NO_COLOR": "1"}
-    env.update({f"ORACLE_TEST_FILLER_{i}": "x" * 100_000 for i in range(10)})
-    forked, real = both("--help", env=env)
-    assert forked.returncode == 0, forked.stderr
-    assert forked.stdout == real.stdout
-
-
 def test_other_python_settings_run_the_console_script_itself():
     """PYTHONPROFILEIMPORTTIME makes a fresh interpreter report its imports on stderr: the
     forked child has imported already and would report none."""
