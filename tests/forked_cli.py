@@ -289,12 +289,10 @@ def _receive(
     """A launcher's request: working folder, arguments, environment, and its standard
     streams (three descriptors)."""
     fds = array.array("i")
-    data = b""
-    msg, ancdata, _, _ = conn.recvmsg(1 << 16, socket.CMSG_SPACE(3 * fds.itemsize))
+    data, ancdata, _, _ = conn.recvmsg(1 << 16, socket.CMSG_SPACE(3 * fds.itemsize))
     for level, kind, payload in ancdata:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
             fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
-    data = msg
     if len(data) < 4 or len(fds) != 3:
         for f in fds:
             os.close(f)
@@ -321,7 +319,6 @@ def _become(cwd: bytes, argv: list[bytes], env: dict[bytes, bytes], fds: list[in
     """In the forked child: take over the launcher's streams (the interpreter's own
     `sys.stdin`, `sys.stdout` and `sys.stderr` then read and write them), folder, environment
     and arguments, and look like the console script started fresh."""
-    import tempfile
     import types
 
     os.setpgid(0, 0)
