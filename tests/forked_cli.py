@@ -178,6 +178,10 @@ def stop() -> None:
     if _server is not None:
         assert _server.stdin is not None
         _server.stdin.close()
+        # A child this process forked (not executed) holds the pipe's other end too, and the
+        # server would see its end only once that child is gone: SIGTERM says it now.
+        with contextlib.suppress(ProcessLookupError):
+            _server.terminate()
         try:
             _server.wait(timeout=30)
         except subprocess.TimeoutExpired:
@@ -209,11 +213,17 @@ def serve(fd: int) -> bool:
     gc.freeze()
     # Ctrl-C at a terminal reaches the test process, whose end ends this server (below).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # SIGTERM (`stop`) ends it as the end of its standard input does: the signal's number is
+    # written to a pipe the loop watches.
+    woken, wake = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.signal(signal.SIGTERM, lambda *_: None)
+    signal.set_wakeup_fd(wake)
     listener = socket.socket(fileno=fd)
     own = _python_settings(dict(os.environb))
     selector = selectors.DefaultSelector()
     selector.register(listener, selectors.EVENT_READ, ("accept", 0))
     selector.register(sys.stdin.fileno(), selectors.EVENT_READ, ("parent", 0))
+    selector.register(woken, selectors.EVENT_READ, ("parent", 0))
     running: dict[int, tuple[socket.socket, int]] = {}  # pid → (connection, pidfd)
 
     def end(pid: int) -> None:
@@ -223,7 +233,7 @@ def serve(fd: int) -> bool:
     while True:
         for key, _ in selector.select():
             what, pid = key.data
-            if what == "parent":  # the test process is gone: so is all it started here
+            if what == "parent":  # the test process is gone or stops it: so is all it started
                 for child in running:
                     end(child)
                 for child in running:
@@ -242,8 +252,15 @@ def serve(fd: int) -> bool:
                     conn.sendall(struct.pack("!iI", 1, 0))
                     conn.close()
                     continue
+                # Until the child has put SIGTERM back, one would wake this loop.
+                signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM])
                 child = os.fork()
                 if child == 0:
+                    signal.set_wakeup_fd(-1)
+                    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                    signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGTERM])
+                    os.close(woken)
+                    os.close(wake)
                     selector.close()
                     listener.close()
                     conn.close()
@@ -252,6 +269,7 @@ def serve(fd: int) -> bool:
                         os.close(f[1])
                     _become(cwd, argv, env, fds)
                     return True
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGTERM])
                 for f in fds:
                     os.close(f)
                 conn.sendall(struct.pack("!iI", 0, child))

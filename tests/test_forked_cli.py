@@ -139,3 +139,44 @@ def test_a_command_killed_by_a_signal_is_reported_so(tmp_path: Path):
         p.send_signal(signal.SIGTERM)
     forked, real = (p.wait(timeout=60) for p in procs)
     assert forked == real
+
+
+def test_stop_ends_the_server_and_its_commands_while_a_fork_holds_its_pipe(tmp_path: Path):
+    """The server learns of its test process's end from its standard input, whose other end a
+    child forked by that process (not executed) holds as well. `stop` ends it all the same,
+    with the commands it still runs, without waiting for that child."""
+    script = f"""
+import os, subprocess, sys, time
+sys.path.insert(0, {str(REPO)!r})
+from tests import forked_cli
+from tests.test_forked_cli import _agent, _wait_for
+from pathlib import Path
+forked_cli.start()
+tmp = Path({str(tmp_path)!r})
+proc = subprocess.Popen(
+    [forked_cli.ORACLE, "trial", {str(REPO / "tasks" / "demo" / "task_user_rename.py")!r},
+     "-a", _agent(tmp), "--out", str(tmp / "runs"), "--allow-unproven"],
+    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+)
+agent = _wait_for(tmp)
+holder = os.fork()
+if holder == 0:
+    time.sleep(120)
+    os._exit(0)
+forked_cli.stop()
+held = os.waitpid(holder, os.WNOHANG) == (0, 0)
+os.kill(holder, 9)
+os.waitpid(holder, 0)
+print(agent, held, proc.wait(timeout=60))
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    agent, held, launcher = out.stdout.split()
+    assert held == "True"  # stop returned while the fork still held the pipe
+    assert launcher == "1"  # the launcher saw its server end before the command
+    deadline = time.monotonic() + 30
+    while alive(int(agent)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive(int(agent))
