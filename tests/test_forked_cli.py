@@ -92,6 +92,14 @@ def _wait_for(tmp_path: Path, name: str = "agent") -> int:
     raise AssertionError(f"the agent {marker!r} did not start")
 
 
+def _gone(pid: int) -> bool:
+    """Whether process `pid` has ended within 30 s."""
+    deadline = time.monotonic() + 30
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not alive(pid)
+
+
 def test_a_launcher_killed_at_a_timeout_takes_the_command_with_it(tmp_path: Path):
     args = [
         ORACLE, "trial", str(REPO / "tasks" / "demo" / "task_user_rename.py"),
@@ -101,10 +109,7 @@ def test_a_launcher_killed_at_a_timeout_takes_the_command_with_it(tmp_path: Path
     agent = _wait_for(tmp_path)
     proc.kill()  # what subprocess.run does at its timeout
     proc.wait(timeout=30)
-    deadline = time.monotonic() + 30
-    while alive(agent) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not alive(agent)
+    assert _gone(agent)
 
 
 def test_sigint_reaches_the_command_and_its_status_comes_back(tmp_path: Path):
@@ -176,7 +181,4 @@ print(agent, held, proc.wait(timeout=60))
     agent, held, launcher = out.stdout.split()
     assert held == "True"  # stop returned while the fork still held the pipe
     assert launcher == "1"  # the launcher saw its server end before the command
-    deadline = time.monotonic() + 30
-    while alive(int(agent)) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not alive(int(agent))
+    assert _gone(int(agent))
